@@ -1,0 +1,74 @@
+"""The layer registry: the single list of layers, in preflight order.
+
+Everything that walks layers (the facts module, the CLI, the preflight and the tuning loop)
+reads :data:`LAYERS`; nothing else names them. Adding a layer is one entry here plus its
+gatherer (and, in later parts of the tool, its role and checks, registered by layer name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils import (
+    layer_cpu,
+    layer_fabric,
+    layer_gpu,
+    layer_runtime,
+    layer_vm,
+    layer_workload,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the stack: its name, what it covers and how its host facts are read."""
+
+    name: str
+    title: str
+    summary: str
+    gather: Callable[[Sysroot], dict[str, Any]]
+
+
+LAYERS: tuple[Layer, ...] = (
+    Layer("gpu", "GPU health", "count, model, driver, persistence, ECC, remapped rows, XIDs, "
+          "PCIe link, clock-event reasons", layer_gpu.gather),
+    Layer("vm", "Grace/VM readiness", "virtualisation, arch, IOMMU/SMMU, CMDQV evidence",
+          layer_vm.gather),
+    Layer("cpu", "CPU power and placement", "C-states, PM-QoS, tuned, frequency policy, NUMA, "
+          "cpusets, isolation, IRQs", layer_cpu.gather),
+    Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
+          "configuration (enroot, pyxis)", layer_runtime.gather),
+    Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings",
+          layer_fabric.gather),
+    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather),
+)
+
+LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)
+
+
+class UnknownLayer(ValueError):
+    """A layer name that is not in the registry."""
+
+
+def get_layer(name: str) -> Layer:
+    """The layer called ``name``; ``UnknownLayer`` (naming the valid ones) otherwise."""
+    for layer in LAYERS:
+        if layer.name == name:
+            return layer
+    raise UnknownLayer(f"unknown layer {name!r}; choose from {', '.join(LAYER_NAMES)}")
+
+
+def select_layers(names: list[str] | None) -> list[Layer]:
+    """The named layers in registry order (all when ``names`` is empty or ``None``)."""
+    if not names:
+        return list(LAYERS)
+    wanted = {get_layer(name).name for name in names}
+    return [layer for layer in LAYERS if layer.name in wanted]
+
+
+def gather_facts(root: Sysroot, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Facts of the selected layers, one top-level key per layer, in preflight order."""
+    return {layer.name: layer.gather(root) for layer in select_layers(names)}

@@ -1,0 +1,220 @@
+"""Access to a host's files and command outputs through a root directory.
+
+On a live host the root is ``/``. In tests, in the demo and for captured bundles it is a
+directory tree that mirrors ``/`` (``sys/``, ``proc/``, ``etc/`` ...). Inside such a tree,
+symlinks are resolved *within* the tree (an absolute target such as ``/dev/cpu_dma_latency``
+means ``<root>/dev/cpu_dma_latency``), so a captured bundle can never make a reader open a
+file of the machine that reads it.
+
+Command outputs (``nvidia-smi -q -x``, the kernel log ...) come from running the command on a
+live host, and from ``<root>/.exemplar/commands/<name>`` inside a sysroot. A sysroot never
+executes host commands. The known commands are listed in :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    NotSupported,
+    UnsafePath,
+)
+
+COMMANDS_DIR = ".exemplar/commands"
+MAX_READ = 8 * 1024 * 1024
+COMMAND_TIMEOUT = 30
+
+# name of the captured output -> argv run on a live host (LANG=C, no shell).
+COMMANDS: dict[str, list[str]] = {
+    "nvidia-smi-q-x.xml": ["nvidia-smi", "-q", "-x"],
+    "dmesg.txt": ["dmesg"],
+    "systemctl-show-system.slice.txt": ["systemctl", "show", "system.slice"],
+    "systemctl-show-user.slice.txt": ["systemctl", "show", "user.slice"],
+    "systemctl-show-init.scope.txt": ["systemctl", "show", "init.scope"],
+}
+MAX_SYMLINKS = 40
+ENVIRONMENT_FILE = f"{COMMANDS_DIR}/environment.txt"
+ENVIRONMENT_PREFIXES = ("NCCL_", "HOME", "SLURM_JOB_ID", "ENROOT_")
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    """What a command printed, and where it came from (argv or captured file)."""
+
+    source: str
+    stdout: str
+    rc: int = 0
+    stderr: str = ""
+
+
+class Sysroot:
+    """A host's filesystem seen through ``root``; ``root == "/"`` is the live host."""
+
+    def __init__(self, root: str = "/", record: set[str] | None = None) -> None:
+        self.root = os.path.abspath(root)
+        self.live = self.root == "/"
+        self._record = record
+
+    def __repr__(self) -> str:
+        return f"Sysroot({self.root!r})"
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def display(self, rel: str) -> str:
+        """The host path (``/sys/...``) that ``rel`` stands for; used as evidence."""
+        return "/" + rel.strip("/")
+
+    def path(self, rel: str) -> str:
+        """Real path of host path ``rel`` (``"sys/class/iommu"`` or ``"/sys/class/iommu"``)."""
+        rel = rel.strip("/")
+        if self.live:
+            return "/" + rel
+        return self._resolve_inside(rel)
+
+    def _resolve_inside(self, rel: str) -> str:
+        """Resolve ``rel`` component by component, keeping every symlink inside the root."""
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        done: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            candidate = os.path.join(self.root, *done, part)
+            if os.path.islink(candidate):
+                hops += 1
+                if hops > MAX_SYMLINKS:
+                    raise UnsafePath(self.display(rel), "too many levels of symbolic links")
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    done = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            done.append(part)
+        return os.path.join(self.root, *done)
+
+    def _note(self, rel: str) -> None:
+        if self._record is not None:
+            self._record.add("/" + rel.strip("/"))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def exists(self, rel: str) -> bool:
+        """True when the host path exists (symlinks followed)."""
+        found = os.path.exists(self.path(rel))
+        if found:
+            self._note(rel)
+        return found
+
+    def is_dir(self, rel: str) -> bool:
+        """True when the host path is a directory."""
+        return os.path.isdir(self.path(rel))
+
+    def read_bytes(self, rel: str, limit: int = MAX_READ) -> bytes:
+        """Bytes of a host file; ``NotSupported`` when it is absent."""
+        real = self.path(rel)
+        try:
+            with open(real, "rb") as handle:
+                data = handle.read(limit)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotSupported(self.display(rel)) from None
+        except IsADirectoryError:
+            raise NotSupported(self.display(rel), "is a directory") from None
+        except OSError as exc:
+            raise NotSupported(self.display(rel), exc.strerror or str(exc)) from None
+        self._note(rel)
+        return data
+
+    def read_text(self, rel: str, strip: bool = True) -> str:
+        """Text of a host file (UTF-8, undecodable bytes replaced), stripped by default."""
+        text = self.read_bytes(rel).decode("utf-8", errors="replace")
+        return text.strip() if strip else text
+
+    def read_optional(self, rel: str) -> str | None:
+        """Stripped text of a host file, or ``None`` when it is absent or unreadable."""
+        try:
+            return self.read_text(rel)
+        except NotSupported:
+            return None
+
+    def listdir(self, rel: str) -> list[str]:
+        """Sorted entries of a host directory; ``[]`` when it is absent."""
+        try:
+            names = sorted(os.listdir(self.path(rel)))
+        except OSError:
+            return []
+        self._note(rel)
+        return names
+
+    def readlink(self, rel: str) -> str | None:
+        """Target of a host symlink (as stored), or ``None`` when ``rel`` is no symlink."""
+        parent, _, name = rel.strip("/").rpartition("/")
+        real = os.path.join(self.path(parent), name) if parent else self.path(name)
+        try:
+            target = os.readlink(real)
+        except OSError:
+            return None
+        self._note(rel)
+        return target
+
+    def realpath(self, rel: str) -> str:
+        """Host path (``/sys/devices/...``) that ``rel`` resolves to, inside the root."""
+        real = self.path(rel)
+        if self.live:
+            return os.path.realpath(real)
+        inside = os.path.relpath(real, self.root)
+        return "/" if inside == "." else "/" + inside
+
+    # -- commands --------------------------------------------------------------------------
+
+    def command(self, name: str) -> CommandOutput:
+        """Output of a known command: run it live, or read the captured file in a sysroot.
+
+        Raises ``NotSupported`` when the command is not installed (live) or was not captured
+        (sysroot). A command that runs but fails returns its rc and stderr.
+        """
+        argv = COMMANDS[name]
+        if not self.live:
+            rel = f"{COMMANDS_DIR}/{name}"
+            return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
+        return run_command(argv)
+
+
+    def environ(self) -> dict[str, str]:
+        """The reading process's environment, limited to NCCL_/ENROOT_ variables and HOME.
+
+        Live: this process's environment. Sysroot: ``.exemplar/commands/environment.txt``
+        (``KEY=VALUE`` lines, as written by ``exemplar-tune snapshot``); empty when absent.
+        """
+        if self.live:
+            return filter_environment(os.environ)
+        text = self.read_optional(ENVIRONMENT_FILE) or ""
+        pairs = (line.partition("=") for line in text.splitlines() if "=" in line)
+        return filter_environment({key: value for key, _, value in pairs})
+
+
+def filter_environment(env: "os._Environ[str] | dict[str, str]") -> dict[str, str]:
+    """Only the variables the readers use; nothing else (no secrets) ever leaves the host."""
+    return {k: v for k, v in env.items() if k.startswith(ENVIRONMENT_PREFIXES)}
+
+
+def run_command(argv: list[str], timeout: int = COMMAND_TIMEOUT) -> CommandOutput:
+    """Run ``argv`` (never through a shell) with ``LANG=C`` and return its output."""
+    source = " ".join(argv)
+    env = dict(os.environ, LANG="C", LC_ALL="C")
+    try:
+        proc = subprocess.run(  # noqa: S603 - argv list, no shell
+            argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+            env=env, check=False, stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise NotSupported(source, "command not found") from None
+    except subprocess.TimeoutExpired:
+        raise NotSupported(source, f"timed out after {timeout} s") from None
+    except OSError as exc:
+        raise NotSupported(source, exc.strerror or str(exc)) from None
+    return CommandOutput(source=source, stdout=proc.stdout, rc=proc.returncode, stderr=proc.stderr)
