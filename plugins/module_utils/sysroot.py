@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
@@ -197,7 +198,7 @@ class Sysroot:
         return filter_environment({key: value for key, _, value in pairs})
 
 
-def filter_environment(env: "os._Environ[str] | dict[str, str]") -> dict[str, str]:
+def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
     """Only the variables the readers use; nothing else (no secrets) ever leaves the host."""
     return {k: v for k, v in env.items() if k.startswith(ENVIRONMENT_PREFIXES)}
 
