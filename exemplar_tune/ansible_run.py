@@ -1,0 +1,159 @@
+"""Run Ansible (modules ad hoc, or playbooks) through ansible-runner and collect per-host results.
+
+One small wrapper, as ansible-navigator does: it prepares a private data directory per run
+(the collection linked in, no environment files written), passes an explicit Python
+interpreter for local hosts, collects every host's task results from the event stream, and
+enforces its own deadline (ansible-runner's ``timeout`` leaves module processes running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import psutil
+
+from exemplar_tune.collection import link_collection
+
+LOG = logging.getLogger(__name__)
+HOST_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+@dataclass
+class HostResult:
+    """What happened on one host: the worst status seen and each task's result."""
+
+    host: str
+    status: str = "ok"
+    changed: bool = False
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+
+    def add(self, status: str, task: str, res: dict[str, Any]) -> None:
+        """Record one task result; ``failed``/``unreachable`` stick."""
+        self.tasks.append({"task": task, "status": status, "result": res})
+        self.changed = self.changed or bool(res.get("changed"))
+        if status in ("failed", "unreachable") and self.status != "unreachable":
+            self.status = status
+            lines = str(res.get("msg", "")).strip().splitlines()
+            self.message = lines[0] if lines else status
+
+
+@dataclass
+class RunOutcome:
+    """Overall runner status and the per-host results."""
+
+    status: str
+    rc: int
+    hosts: dict[str, HostResult]
+    seconds: float
+
+
+def local_inventory(hosts: list[str] | None = None, hostvars: dict | None = None) -> dict:
+    """An inventory of local-connection hosts run by this Python (no interpreter discovery)."""
+    names = hosts or ["localhost"]
+    base = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    return {"all": {"hosts": {name: {**base, **(hostvars or {}).get(name, {})} for name in names}}}
+
+
+class AnsibleRun:
+    """One configured way of running Ansible against an inventory."""
+
+    def __init__(self, inventory: str | dict, *, limit: str | None = None, forks: int = 10,
+                 timeout: float | None = None, check: bool = False, diff: bool = False) -> None:
+        self.inventory = inventory
+        self.limit, self.forks, self.timeout = limit, forks, timeout
+        self.check, self.diff = check, diff
+
+    def module(self, name: str, args: dict[str, Any], pattern: str = "all") -> RunOutcome:
+        """Run one module ad hoc on ``pattern``."""
+        return self._run(module=name, module_args=_module_args(args), host_pattern=pattern)
+
+    def playbook(self, playbook: Path, extravars: dict[str, Any] | None = None) -> RunOutcome:
+        """Run a playbook file."""
+        return self._run(playbook=str(playbook), extravars=extravars or {})
+
+    def _run(self, **kwargs: Any) -> RunOutcome:
+        pdd = Path(tempfile.mkdtemp(prefix="exemplar-run-"))
+        hosts: dict[str, HostResult] = {}
+        start = time.monotonic()
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(pdd), inventory=self.inventory, limit=self.limit,
+                forks=self.forks, quiet=True, suppress_env_files=True, cmdline=self._cmdline(),
+                envvars=_envvars(pdd), event_handler=lambda e: _collect(e, hosts),
+                cancel_callback=self._deadline(start), settings={"pexpect_timeout": 1},
+                **kwargs,
+            )
+            status, rc = runner.status, runner.rc
+        finally:
+            shutil.rmtree(pdd, ignore_errors=True)
+        LOG.debug("ansible-runner %s rc=%s in %.1f s", status, rc, time.monotonic() - start)
+        return RunOutcome(status, rc, hosts, time.monotonic() - start)
+
+    def _cmdline(self) -> str | None:
+        flags = (["--check"] if self.check else []) + (["--diff"] if self.diff else [])
+        return " ".join(flags) or None
+
+    def _deadline(self, start: float):
+        def cancel() -> bool:
+            if self.timeout is None or time.monotonic() - start < self.timeout:
+                return False
+            _kill_grandchildren()
+            return True
+
+        return cancel
+
+
+def _module_args(args: dict[str, Any]) -> str:
+    return json.dumps(args)
+
+
+def _envvars(pdd: Path) -> dict[str, str]:
+    collections = link_collection(pdd / "collections")
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {
+        "ANSIBLE_COLLECTIONS_PATH": str(collections),
+        "PATH": path,
+        "ANSIBLE_LOCAL_TEMP": str(pdd / "tmp"),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+    }
+
+
+def _collect(event: dict[str, Any], hosts: dict[str, HostResult]) -> bool:
+    status = HOST_EVENTS.get(event.get("event", ""))
+    if status is None:
+        return False
+    data = event.get("event_data", {})
+    host = data.get("host", "?")
+    res = data.get("res") or {}
+    if status == "ok" and res.get("changed"):
+        status = "changed"
+    hosts.setdefault(host, HostResult(host)).add(status, data.get("task", ""), res)
+    return False
+
+
+def _kill_grandchildren() -> None:
+    """Kill module processes that ansible workers ``setsid()`` away from runner's kill."""
+    me = psutil.Process()
+    direct = {child.pid for child in me.children()}
+    for proc in me.children(recursive=True):
+        if proc.pid not in direct:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()

@@ -1,0 +1,37 @@
+"""Collect layer facts: in-process for a sysroot, through Ansible for live hosts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    gather_facts,
+    select_layers,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+from exemplar_tune.ansible_run import AnsibleRun, RunOutcome
+from exemplar_tune.bundle import open_sysroot
+
+
+def facts_from_sysroot(path: str, layers: list[str] | None) -> dict[str, Any]:
+    """Facts of a captured host (directory or snapshot archive); no command is executed."""
+    with open_sysroot(path) as root:
+        return gather_facts(Sysroot(root), layers)
+
+
+def facts_from_hosts(run: AnsibleRun, layers: list[str] | None) -> tuple[dict, RunOutcome]:
+    """Facts of every inventory host via one ``exemplar.tune.facts`` call per host.
+
+    Returns ``({host: {layer: facts}}, outcome)``; unreachable/failed hosts are absent from
+    the first mapping and reported in ``outcome.hosts``.
+    """
+    names = [layer.name for layer in select_layers(layers)]
+    outcome = run.module("exemplar.tune.facts", {"layers": names})
+    facts = {}
+    for host, result in outcome.hosts.items():
+        for task in result.tasks:
+            gathered = task["result"].get("ansible_facts", {}).get("exemplar_tune")
+            if gathered is not None:
+                facts[host] = gathered
+    return facts, outcome

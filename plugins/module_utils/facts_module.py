@@ -1,0 +1,29 @@
+"""The body shared by the facts modules: argument handling, gathering, result shape."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    LAYER_NAMES,
+    gather_facts,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+SYSROOT_OPTION = {"type": "path", "default": "/"}
+
+
+def run_facts_module(fixed_layers: list[str] | None = None) -> None:
+    """Run a facts module: ``facts`` (``layers`` option) or one layer's (``fixed_layers``)."""
+    spec: dict = {"sysroot": dict(SYSROOT_OPTION)}
+    if fixed_layers is None:
+        spec["layers"] = {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
+                          "choices": list(LAYER_NAMES)}
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    names = fixed_layers or module.params["layers"]
+    sysroot = module.params["sysroot"]
+    if sysroot != "/" and not os.path.isdir(sysroot):
+        module.fail_json(msg=f"sysroot {sysroot} is not a directory")
+    facts = gather_facts(Sysroot(sysroot), names)
+    module.exit_json(changed=False, ansible_facts={"exemplar_tune": facts}, layers=names)

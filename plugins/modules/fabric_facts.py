@@ -1,0 +1,39 @@
+#!/usr/bin/python
+"""exemplar.tune.fabric_facts: the fabric layer's facts."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fabric_facts
+short_description: Gather the fabric layer's exemplar-tune facts
+description:
+  - Fabric: InfiniBand/RoCE ports and every NCCL setting with its source.
+  - Same data as M(exemplar.tune.facts) with C(layers=[fabric]).
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+extends_documentation_fragment:
+  - exemplar.tune.facts
+"""
+
+EXAMPLES = r"""
+- name: Gather the fabric layer
+  exemplar.tune.fabric_facts:
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(exemplar_tune.fabric) holds the layer's facts, C(sources) and C(errors).
+  returned: always
+  type: dict
+"""
+
+from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
+
+
+def main() -> None:
+    """Module entry point."""
+    run_facts_module(["fabric"])
+
+
+if __name__ == "__main__":
+    main()

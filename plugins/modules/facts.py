@@ -1,0 +1,64 @@
+#!/usr/bin/python
+"""exemplar.tune.facts: gather the facts of several layers in one round-trip."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: facts
+short_description: Gather exemplar-tune facts of several layers at once
+description:
+  - Reads the host state that matters for AI-training throughput, layer by layer (GPU health,
+    Grace/VM readiness, CPU power and placement, runtime topology, fabric), in one call, like
+    C(ansible.builtin.setup) with C(gather_subset).
+  - The per-layer modules (M(exemplar.tune.gpu_facts), M(exemplar.tune.cpu_facts) ...) return
+    the same data for one layer.
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+options:
+  layers:
+    description: Layers to gather, in any order; the result is always in preflight order.
+    type: list
+    elements: str
+    choices: [gpu, vm, cpu, runtime, fabric, workload]
+    default: [gpu, vm, cpu, runtime, fabric, workload]
+extends_documentation_fragment:
+  - exemplar.tune.facts
+"""
+
+EXAMPLES = r"""
+- name: Gather every layer
+  exemplar.tune.facts:
+
+- name: Gather the cpu and runtime layers of a captured host
+  exemplar.tune.facts:
+    layers: [cpu, runtime]
+    sysroot: /var/tmp/node07-bundle
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts under C(exemplar_tune), one key per gathered layer.
+  returned: always
+  type: dict
+  contains:
+    exemplar_tune:
+      description: Layer name -> that layer's facts, plus C(sources) and C(errors) per layer.
+      type: dict
+      sample: {"cpu": {"cpuidle": {"driver": "intel_idle"}, "sources": {}, "errors": []}}
+layers:
+  description: The layers gathered.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
+
+
+def main() -> None:
+    """Module entry point."""
+    run_facts_module()
+
+
+if __name__ == "__main__":
+    main()

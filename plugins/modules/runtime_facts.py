@@ -1,0 +1,40 @@
+#!/usr/bin/python
+"""exemplar.tune.runtime_facts: the runtime layer's facts."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: runtime_facts
+short_description: Gather the runtime layer's exemplar-tune facts
+description:
+  - Runtime topology: NCCL_TOPO_FILE and its file on the host and in container configuration
+    (enroot, pyxis).
+  - Same data as M(exemplar.tune.facts) with C(layers=[runtime]).
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+extends_documentation_fragment:
+  - exemplar.tune.facts
+"""
+
+EXAMPLES = r"""
+- name: Gather the runtime layer
+  exemplar.tune.runtime_facts:
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(exemplar_tune.runtime) holds the layer's facts, C(sources) and C(errors).
+  returned: always
+  type: dict
+"""
+
+from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
+
+
+def main() -> None:
+    """Module entry point."""
+    run_facts_module(["runtime"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+#!/usr/bin/python
+"""exemplar.tune.vm_facts: the vm layer's facts."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vm_facts
+short_description: Gather the vm layer's exemplar-tune facts
+description:
+  - Grace/VM readiness: virtualisation, hypervisor, arch, IOMMU/SMMU, CMDQV evidence.
+  - Same data as M(exemplar.tune.facts) with C(layers=[vm]).
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+extends_documentation_fragment:
+  - exemplar.tune.facts
+"""
+
+EXAMPLES = r"""
+- name: Gather the vm layer
+  exemplar.tune.vm_facts:
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(exemplar_tune.vm) holds the layer's facts, C(sources) and C(errors).
+  returned: always
+  type: dict
+"""
+
+from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
+
+
+def main() -> None:
+    """Module entry point."""
+    run_facts_module(["vm"])
+
+
+if __name__ == "__main__":
+    main()
