@@ -120,8 +120,8 @@ class AnsibleRun:
         return cancel
 
 
-def _module_args(args: dict[str, Any]) -> str:
-    return json.dumps(args)
+def _module_args(args: dict[str, Any]) -> str | None:
+    return json.dumps(args) if args else None
 
 
 def _envvars(pdd: Path) -> dict[str, str]:

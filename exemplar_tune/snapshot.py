@@ -17,6 +17,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import (
     COMMANDS,
@@ -98,9 +99,8 @@ def _content(path: str) -> list[tuple[str, str, bytes | str | None]]:
     if os.path.isdir(path):
         return [("dir", path, None)]
     try:
-        with open(path, "rb") as handle:
-            return [("file", path, handle.read(8 * 1024 * 1024))]
-    except OSError:
+        return [("file", path, Sysroot("/").read_bytes(path))]
+    except NotSupported:
         return []
 
 

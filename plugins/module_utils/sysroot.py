@@ -17,6 +17,7 @@ import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
@@ -25,6 +26,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
 
 COMMANDS_DIR = ".exemplar/commands"
 MAX_READ = 8 * 1024 * 1024
+CHUNK = 64 * 1024
 COMMAND_TIMEOUT = 30
 
 # name of the captured output -> argv run on a live host (LANG=C, no shell).
@@ -120,7 +122,7 @@ class Sysroot:
         real = self.path(rel)
         try:
             with open(real, "rb") as handle:
-                data = handle.read(limit)
+                data = _read_chunks(handle, limit)
         except (FileNotFoundError, NotADirectoryError):
             raise NotSupported(self.display(rel)) from None
         except IsADirectoryError:
@@ -201,6 +203,19 @@ class Sysroot:
 def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
     """Only the variables the readers use; nothing else (no secrets) ever leaves the host."""
     return {k: v for k, v in env.items() if k.startswith(ENVIRONMENT_PREFIXES)}
+
+
+def _read_chunks(handle: BinaryIO, limit: int) -> bytes:
+    """Read up to ``limit`` bytes in small chunks (procfs refuses one huge read: ENOMEM)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = handle.read(min(CHUNK, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def run_command(argv: list[str], timeout: int = COMMAND_TIMEOUT) -> CommandOutput:

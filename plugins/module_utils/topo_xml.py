@@ -1,0 +1,98 @@
+"""NCCL topology files (``NCCL_TOPO_FILE``, ``NCCL_TOPO_DUMP_FILE`` output).
+
+Format: NCCL ``src/graph/xml.{h,cc}`` and ``src/graph/topo.cc`` (platform-facts §5.2-5.3):
+a ``<system version="1">`` root (``NCCL_TOPO_XML_VERSION``; any other version makes NCCL
+``WARN("XML Topology has wrong version ...")``) holding ``<cpu>`` elements with nested
+``<pci busid=... class=...>`` elements; a GPU is a ``pci`` of class ``0x0302xx`` (3D
+controller) or ``0x0300xx`` (VGA) or one that contains ``<gpu>``; a NIC is a ``pci`` of class
+``0x0207xx`` (InfiniBand) or ``0x0200xx`` (Ethernet) or one that contains ``<nic>``/``<net>``;
+``<net name="mlx5_0" .../>`` names the network devices. Parsed with ``safe_xml`` (untrusted).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET  # noqa: S405 - only for types; parsing goes through safe_xml
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.safe_xml import parse_xml
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+TOPO_XML_VERSION = "1"
+GPU_CLASSES = ("0x0302", "0x0300")
+NIC_CLASSES = ("0x0207", "0x0200")
+_BDF = re.compile(r"^(?:([0-9a-f]{1,4}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
+
+
+def normalize_bdf(busid: str) -> str:
+    """``"0000:A4:00.0"`` or ``"a4:00.0"`` -> ``"0000:a4:00.0"``; other text is lower-cased."""
+    text = busid.strip().lower()
+    match = _BDF.match(text)
+    if not match:
+        return text
+    domain, bus, slot, func = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(slot, 16):02x}.{func}"
+
+
+def _is_gpu(pci: ET.Element) -> bool:
+    cls = pci.get("class", "").lower()
+    return cls.startswith(GPU_CLASSES) or pci.find("gpu") is not None
+
+
+def _is_nic(pci: ET.Element) -> bool:
+    cls = pci.get("class", "").lower()
+    return cls.startswith(NIC_CLASSES) or pci.find("nic") is not None or pci.find("net") is not None
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def summarize_topology(system: ET.Element) -> dict[str, Any]:
+    """GPUs, NICs (normalised BDFs) and net names of a parsed ``<system>`` element."""
+    pcis = [pci for pci in system.iter("pci") if pci.get("busid")]
+    return {
+        "gpus": _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_gpu(p)]),
+        "nics": _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_nic(p)]),
+        "nets": _unique([net.get("name", "") for net in system.iter("net") if net.get("name")]),
+    }
+
+
+def parse_topo_xml(text: str, source: str) -> dict[str, Any]:
+    """``{valid, version, gpus, nics, nets, error}`` of an NCCL topology file.
+
+    Malformed or unsafe XML raises ``ParseError``. A well-formed document whose root is not
+    ``<system>`` or whose ``version`` is not ``"1"`` is returned with ``valid: False`` and the
+    reason in ``error`` (NCCL refuses it), keeping whatever GPUs/NICs it names.
+    """
+    root = parse_xml(text, source)
+    version = root.get("version")
+    error = None
+    if root.tag != "system":
+        error = f"root element is <{root.tag}>, NCCL needs <system>"
+    elif version is None:
+        error = "<system> has no version attribute"
+    elif version.strip() != TOPO_XML_VERSION:
+        error = f"XML Topology has wrong version {version}, {TOPO_XML_VERSION} needed"
+    return {"valid": error is None, "version": version, **summarize_topology(root),
+            "error": error}
+
+
+def invalid(reason: str) -> dict[str, Any]:
+    """The summary of a file that could not be read or parsed at all."""
+    return {"valid": False, "version": None, "gpus": None, "nics": None, "nets": None,
+            "error": reason}
+
+
+def read_topo_file(root: Sysroot, path: str) -> dict[str, Any]:
+    """Summary of the topology file at host path ``path``; never raises.
+
+    Unreadable or malformed files give ``valid: False`` with the reason, as NCCL would ignore
+    (unreadable) or refuse (malformed) them.
+    """
+    try:
+        text = root.read_text(path, strip=False)
+        return parse_topo_xml(text, root.display(path))
+    except HostStateError as exc:
+        return invalid(f"{exc.path}: {exc.reason}")

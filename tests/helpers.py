@@ -1,0 +1,43 @@
+"""Small helpers shared by tests (no fixtures with hidden behaviour)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, SYSROOTS
+
+FIXTURE_HOSTS = ("h100-x86", "healthy-h100", "gb200-grace-vm")
+
+
+def copy_sysroot(name: str, dest: Path) -> Path:
+    """A writable copy of fixture sysroot ``name`` (symlinks kept as symlinks)."""
+    target = dest / name
+    shutil.copytree(SYSROOTS / name, target, symlinks=True)
+    return target
+
+
+def tree_hash(root: Path) -> str:
+    """SHA-256 over every path, link target and file content under ``root``."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath, name)
+            digest.update(str(path.relative_to(root)).encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif path.is_file():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cli_env() -> dict[str, str]:
+    """Environment for running the exemplar-tune CLI of this venv as a subprocess."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONPATH"] = str(REPO)
+    return env

@@ -1,0 +1,134 @@
+"""The exemplar-tune command line as a user runs it: exit codes, one-line errors, formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+from tests.conftest import SYSROOTS
+from tests.helpers import cli_env
+
+H100 = str(SYSROOTS / "h100-x86")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "exemplar_tune.cli", *args], capture_output=True,
+                          text=True, env=cli_env(), cwd=cwd, check=False, timeout=300)
+
+
+def test_help_teaches_layers_and_examples():
+    out = cli("facts", "--help")
+    assert out.returncode == 0
+    for word in ("--sysroot", "--layer", "examples:", "exemplar-tune snapshot"):
+        assert word in out.stdout
+
+
+def test_facts_json_has_one_key_per_layer():
+    out = cli("facts", "--sysroot", H100, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert list(json.loads(out.stdout)) == list(LAYER_NAMES)
+
+
+def test_facts_layer_selection_in_preflight_order():
+    out = cli("facts", "--sysroot", H100, "--layer", "cpu", "--layer", "gpu", "--format", "json")
+    assert list(json.loads(out.stdout)) == ["gpu", "cpu"]
+
+
+def test_table_format_shows_layers_and_sources():
+    out = cli("facts", "--sysroot", H100, "--layer", "cpu", "--sources")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("== cpu")
+    assert "sources." in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["facts", "--layer", "disk"], "unknown layer 'disk'; choose from gpu, vm, cpu"),
+    (["facts", "--sysroot", "/nonexistent/x.tar.gz"], "no such file or directory"),
+    (["snapshot", "-o", "out.zip"], "must end in .tar.gz or .tgz"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    out = cli(*args, cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unsafe_bundle_is_refused(tmp_path):
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped")
+        tar.addfile(info)
+    out = cli("facts", "--sysroot", str(archive))
+    assert out.returncode == 2
+    assert "unsafe path in archive: '../escaped'" in out.stderr
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_usage_error_from_argparse_is_exit_2():
+    assert cli("facts", "--format", "xml").returncode == 2
+
+
+def test_live_facts_through_ansible(tmp_path):
+    out = cli("facts", "--layer", "vm", "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    assert list(facts) == ["vm"]
+
+
+def test_inventory_with_unreachable_host_is_exit_1(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n"
+        "    here:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+        "    gone:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n"
+        "      ansible_ssh_common_args: -o ConnectTimeout=3\n")
+    out = cli("facts", "-i", str(inventory), "--layer", "vm", "--format", "json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert list(doc["hosts"]) == ["here"]
+    assert list(doc["unreachable"]) == ["gone"]
+
+
+def test_snapshot_round_trip_gives_the_live_facts(tmp_path):
+    archive = tmp_path / "me.tar.gz"
+    out = cli("snapshot", "-o", str(archive))
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {archive}" in out.stdout
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        manifest = json.load(tar.extractfile(".exemplar/manifest.json"))
+    assert "proc/cmdline" in names
+    assert manifest["entries"] > 10
+    assert not any(n.startswith("etc/shadow") or n.startswith("root/") for n in names)
+    replay = json.loads(cli("facts", "--sysroot", str(archive), "--format", "json").stdout)
+    live = json.loads(cli("facts", "--format", "json", cwd=tmp_path).stdout)
+    assert _stable(replay) == _stable(live)
+
+
+# Counters that move between two reads, and texts that name where a fact came from
+# (a command on the live host, the captured file in the archive).
+VOLATILE = {"usage", "time", "time_us", "above", "below", "rejected", "sources", "errors",
+            "reason", "virt_evidence"}
+
+
+def _stable(value):
+    """Facts without moving counters and without source-naming texts."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def test_version():
+    out = cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("exemplar-tune ")
+    assert os.environ.get("PATH")

@@ -1,0 +1,51 @@
+"""A wheel built from this tree gives a working CLI and collection in a fresh venv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+from tests.conftest import REPO
+
+
+def _run(argv, env, cwd=None, timeout=600):
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
+                         check=False)
+    assert out.returncode == 0, f"{argv}: {out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    return out
+
+
+def test_wheel_in_fresh_venv(tmp_path):
+    clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+          str(REPO)], dict(clean, PIP_CACHE_DIR=str(tmp_path / "pipcache")))
+    wheel = next((tmp_path / "dist").glob("exemplar_tune-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for part in ("ansible_collections/exemplar/tune/plugins/modules/facts.py",
+                 "ansible_collections/exemplar/tune/plugins/module_utils/layers.py",
+                 "ansible_collections/exemplar/tune/playbooks/facts.yml",
+                 "ansible_collections/exemplar/tune/galaxy.yml",
+                 "exemplar_tune/cli.py"):
+        assert part in names, part
+    assert not any(n.startswith(("tests/", "ansible_collections/exemplar/tune/tests/"))
+                   for n in names)
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], clean)
+    _run([str(venv / "bin/pip"), "install", "-q", str(wheel)], clean)
+
+    # the CLI, run without an activated venv and without any collection path set
+    out = _run([str(venv / "bin/exemplar-tune"), "facts", "--layer", "vm", "--format", "json"],
+               clean, cwd=tmp_path)
+    assert list(json.loads(out.stdout)) == ["vm"]
+
+    # the collection's playbook by FQCN, for users who bring their own ansible-playbook
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                         f"      ansible_python_interpreter: {venv}/bin/python\n")
+    out = _run([str(venv / "bin/ansible-playbook"), "-i", str(inventory), "exemplar.tune.facts",
+                "-e", '{"exemplar_layers": ["vm"]}'], dict(clean, PATH=f"{venv}/bin:/usr/bin:/bin"),
+               cwd=tmp_path)
+    assert "failed=0" in out.stdout and "vm: " in out.stdout
