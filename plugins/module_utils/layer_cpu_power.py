@@ -42,7 +42,10 @@ def gather_into(sheet: FactSheet, root: Sysroot) -> None:
     idle = _gather(sheet, root, "cpuidle", cpuidle.read_cpuidle)
     _gather(sheet, root, "cstate_limits", cpuidle.read_cstate_limits)
     _gather(sheet, root, "pm_qos", pmqos.read_pm_qos)
-    first_cpu = next(iter((idle or {}).get("per_cpu", {}).values()), [])
+    # Per-CPU detail stays on the host: the by-name summary is what checks need, and the fact
+    # size must not grow with the CPU count (hundreds of hosts x hundreds of CPUs).
+    per_cpu = idle.pop("per_cpu", {}) if idle else {}
+    first_cpu = next(iter(per_cpu.values()), [])
     profile = _gather(sheet, root, "tuned", tuned.read_tuned, first_cpu)
     if profile:
         sheet.sources["tuned"] = ", ".join(

@@ -1,0 +1,105 @@
+"""NUMA topology: ``/sys/devices/system/node`` and ``/proc/sys/kernel/numa_balancing``.
+
+Files: ``Documentation/ABI/stable/sysfs-devices-node`` (``online``, ``has_cpu``,
+``has_memory``, ``nodeN/cpulist``, ``nodeN/meminfo``, ``nodeN/distance``) and
+``Documentation/admin-guide/sysctl/kernel.rst`` (``numa_balancing``: 0 off, 1 normal,
+2 memory tiering, 3 both). CPU-less and memory-less nodes are normal; use ``has_cpu``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+NODE_DIR = "sys/devices/system/node"
+NUMA_BALANCING = "proc/sys/kernel/numa_balancing"
+_MEMINFO_LINE = re.compile(r"^Node\s+\d+\s+([\w()]+):\s+(\d+)(?:\s+kB)?$")
+
+
+def parse_distance(text: str, source: str = "distance") -> list[int]:
+    """``"10 21"`` -> ``[10, 21]`` (SLIT distances to every node; local is 10)."""
+    try:
+        values = [int(word) for word in text.split()]
+    except ValueError:
+        raise ParseError(source, text, "not a list of distances") from None
+    if not values:
+        raise ParseError(source, text, "empty distance list")
+    return values
+
+
+def parse_node_meminfo(text: str, source: str = "meminfo") -> dict[str, int]:
+    """``"Node 0 MemTotal:  131859324 kB"`` lines -> ``{"MemTotal": 131859324, ...}``."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _MEMINFO_LINE.match(line.strip())
+        if not match:
+            raise ParseError(source, line, "not a node meminfo line")
+        fields[match.group(1)] = int(match.group(2))
+    if "MemTotal" not in fields:
+        raise ParseError(source, text, "no MemTotal")
+    return fields
+
+
+def parse_numa_balancing(text: str, source: str = NUMA_BALANCING) -> int:
+    """``"1"`` -> ``1``; the value is a bitmask 0..3."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ParseError(source, text, "not an integer") from None
+    if not 0 <= value <= 3:
+        raise ParseError(source, text, "not a numa_balancing mode (0-3)")
+    return value
+
+
+def read_node_list(root: Sysroot, name: str) -> list[int]:
+    """Node numbers in ``/sys/devices/system/node/<name>`` (``online``, ``has_cpu`` ...)."""
+    rel = f"{NODE_DIR}/{name}"
+    return parse_cpulist(root.read_text(rel), root.display(rel))
+
+
+def read_node(root: Sysroot, node: int) -> dict[str, Any]:
+    """One node: its CPUs (canonical cpulist), ``MemTotal`` in kB and its distance row."""
+    base = f"{NODE_DIR}/node{node}"
+    cpus = parse_cpulist(root.read_text(f"{base}/cpulist"), root.display(f"{base}/cpulist"))
+    meminfo = root.read_optional(f"{base}/meminfo")
+    distance = root.read_optional(f"{base}/distance")
+    return {
+        "node": node,
+        "cpulist": format_cpulist(cpus),
+        "mem_total_kb": None if meminfo is None else
+        parse_node_meminfo(meminfo, root.display(f"{base}/meminfo"))["MemTotal"],
+        "distance": None if distance is None else
+        parse_distance(distance, root.display(f"{base}/distance")),
+    }
+
+
+def read_numa(root: Sysroot) -> dict[str, Any]:
+    """Online nodes, which have CPUs/memory, and every online node's details.
+
+    ``NotSupported`` when ``/sys/devices/system/node/online`` is absent (kernel without NUMA).
+    """
+    online = read_node_list(root, "online")
+    optional = {}
+    for name in ("has_cpu", "has_memory"):
+        present = root.exists(f"{NODE_DIR}/{name}")
+        optional[name] = read_node_list(root, name) if present else None
+    return {
+        "online": online,
+        **optional,
+        "nodes": [read_node(root, node) for node in online],
+    }
+
+
+def read_numa_balancing(root: Sysroot) -> int | None:
+    """``kernel.numa_balancing``; ``None`` when the kernel has no NUMA balancing."""
+    text = root.read_optional(NUMA_BALANCING)
+    return None if text is None else parse_numa_balancing(text, root.display(NUMA_BALANCING))
