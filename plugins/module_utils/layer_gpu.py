@@ -1,13 +1,64 @@
-"""gpu-layer facts (placeholder until its readers land)."""
+"""gpu-layer facts: GPU inventory and health, and the Xid events in the kernel log.
+
+Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); on a live host
+without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`nvml`). Xid events come
+from the kernel log (:mod:`xid`). Having no GPU, no driver or no nvidia-smi is an answer
+(``present: False`` with a ``reason``), not an error; an output that cannot be understood
+(malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils import nvidia_smi, nvml, xid
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    HostStateError,
+    NotSupported,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
+def _inventory(root: Sysroot, sheet: FactSheet,
+               nvml_ok: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """(report, where it came from, why there is none); errors go to ``sheet``."""
+    try:
+        return nvidia_smi.read_nvidia_smi(root), "nvidia-smi", None
+    except NotSupported as exc:
+        report = nvml.read_nvml(root) if nvml_ok else None
+        if report is not None:
+            return report, "nvml", None
+        return None, None, f"{exc.path}: {exc.reason}"
+    except HostStateError as exc:
+        sheet.error("present", exc)
+        return None, None, None
+
+
+def _present(report: dict[str, Any] | None, why_not: str | None) -> tuple[bool | None, str | None]:
+    if report is None:
+        return (False, why_not) if why_not else (None, None)
+    if not report["gpus"]:
+        return False, "no GPU listed"
+    return True, None
+
+
 def gather(root: Sysroot) -> dict[str, Any]:
-    """Facts of the gpu layer."""
-    return FactSheet().result()
+    """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
+    count, gpus, xids, nvml; plus ``sources`` and ``errors``)."""
+    sheet = FactSheet()
+    status = nvml.nvml_status(root)
+    report, origin, why_not = _inventory(root, sheet, status["available"])
+    present, reason = _present(report, why_not)
+    src = nvml.SOURCE if origin == "nvml" else nvidia_smi.SOURCE
+    sheet.put("present", present, src)
+    sheet.put("reason", reason, src)
+    sheet.put("source", origin, src)
+    for key in ("driver_version", "cuda_version"):
+        sheet.put(key, report[key] if report else None, src)
+    known = present is not None
+    sheet.put("count", len(report["gpus"]) if report else (0 if known else None), src)
+    sheet.put("gpus", report["gpus"] if report else ([] if known else None), src)
+    sheet.attempt("xids", xid.SOURCE, xid.read_xid_events, root)
+    sheet.put("nvml", status, nvml.SOURCE)
+    return sheet.result()
