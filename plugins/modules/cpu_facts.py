@@ -7,8 +7,8 @@ DOCUMENTATION = r"""
 module: cpu_facts
 short_description: Gather the cpu layer's exemplar-tune facts
 description:
-  - CPU power and placement: C-states, PM-QoS holders, tuned, frequency policy, NUMA, device
-    locality, cpusets, isolation, IRQs.
+  - CPU power and placement, covering C-states, PM-QoS holders, tuned, frequency policy, NUMA,
+    device locality, cpusets, isolation, IRQs.
   - Same data as M(exemplar.tune.facts) with C(layers=[cpu]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)

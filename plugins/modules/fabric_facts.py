@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: fabric_facts
 short_description: Gather the fabric layer's exemplar-tune facts
 description:
-  - Fabric: InfiniBand/RoCE ports and every NCCL setting with its source.
+  - Fabric, covering InfiniBand/RoCE ports and every NCCL setting with its source.
   - Same data as M(exemplar.tune.facts) with C(layers=[fabric]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)

@@ -7,8 +7,8 @@ DOCUMENTATION = r"""
 module: gpu_facts
 short_description: Gather the gpu layer's exemplar-tune facts
 description:
-  - GPU health: count, model, driver, persistence, ECC, remapped rows, retired pages, XIDs, PCIe
-    link, clock-event reasons.
+  - GPU health, covering count, model, driver, persistence, ECC, remapped rows, retired pages,
+    XIDs, PCIe link, clock-event reasons.
   - Same data as M(exemplar.tune.facts) with C(layers=[gpu]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)

@@ -7,8 +7,8 @@ DOCUMENTATION = r"""
 module: runtime_facts
 short_description: Gather the runtime layer's exemplar-tune facts
 description:
-  - Runtime topology: NCCL_TOPO_FILE and its file on the host and in container configuration
-    (enroot, pyxis).
+  - Runtime topology, covering NCCL_TOPO_FILE and its file on the host and in container
+    configuration (enroot, pyxis).
   - Same data as M(exemplar.tune.facts) with C(layers=[runtime]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)

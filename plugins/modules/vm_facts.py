@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: vm_facts
 short_description: Gather the vm layer's exemplar-tune facts
 description:
-  - Grace/VM readiness: virtualisation, hypervisor, arch, IOMMU/SMMU, CMDQV evidence.
+  - Grace/VM readiness, covering virtualisation, hypervisor, arch, IOMMU/SMMU, CMDQV evidence.
   - Same data as M(exemplar.tune.facts) with C(layers=[vm]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)
