@@ -358,7 +358,7 @@ def test_systemd_on_fixtures(facts, host):
             "allowed_cpus": "0,4" if confined else "",
             "effective_cpus": "0,4" if confined else "0-7"}
     assert have["sources"]["systemd_show"] == (
-        "systemctl show system.slice, systemctl show user.slice, systemctl show init.scope")
+        "systemctl show --property=Id,AllowedCPUs,EffectiveCPUs system.slice user.slice init.scope")
 
 
 def test_cpu_affinity_dropins_last_wins(tmp_path):
@@ -386,7 +386,9 @@ def test_allowed_cpus_runtime_dropin(tmp_path):
 
 def test_missing_systemctl_output_is_none_not_error(tmp_path):
     dest = copy_host(tmp_path, "healthy-h100")
-    (dest / ".exemplar/commands/systemctl-show-user.slice.txt").unlink()
+    show = dest / ".exemplar/commands/systemctl-show-slices.txt"
+    blocks = show.read_text().split("\n\n")
+    show.write_text("\n\n".join(b for b in blocks if "Id=user.slice" not in b))
     have = gather(Sysroot(str(dest)))
     assert have["systemd_show"]["user.slice"] is None
     assert have["systemd_show"]["system.slice"] == {"allowed_cpus": "0,4",

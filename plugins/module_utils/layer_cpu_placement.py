@@ -72,7 +72,7 @@ def _gather_systemd(sheet: FactSheet, root: Sysroot) -> None:
               _per_unit(sheet, "systemd_allowed_cpus", systemd.read_allowed_cpus_dropins, root),
               dirs)
     sheet.put("systemd_show", _per_unit(sheet, "systemd_show", systemd.read_systemctl_cpus, root),
-              [systemd.show_source(unit) for unit in UNITS])
+              systemd.SHOW_SOURCE)
 
 
 def housekeeping_cpus(facts: dict[str, Any], root: Sysroot) -> list[int] | None:

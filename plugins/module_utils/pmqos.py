@@ -89,7 +89,11 @@ def find_holders(root: Sysroot) -> list[dict[str, Any]]:
 
 
 def read_pm_qos(root: Sysroot, problems: Problems = None) -> dict[str, Any]:
-    """The aggregate ``/dev/cpu_dma_latency`` value, its holders, per-CPU resume latency."""
+    """The aggregate ``/dev/cpu_dma_latency`` value, its holders, per-CPU resume latency.
+
+    ``holders`` is ``[]`` without looking when the aggregate value is the default (no
+    process constrains it); otherwise the processes with the device open.
+    """
     try:
         value: int | None = read_dma_latency(root)
     except HostStateError as exc:
@@ -98,10 +102,13 @@ def read_pm_qos(root: Sysroot, problems: Problems = None) -> dict[str, Any]:
         problems.append(exc)
         value = None
     resume = read_resume_latency(root, problems)
+    constrained = None if value is None else value < NO_CONSTRAINT
     return {
         "cpu_dma_latency_us": value,
-        "cpu_dma_latency_constrained": None if value is None else value < NO_CONSTRAINT,
-        "holders": find_holders(root),
+        "cpu_dma_latency_constrained": constrained,
+        # Walking every process's fds costs time on busy nodes; without a constraint no
+        # holder matters, so the walk is done only when one exists (or the value is unknown).
+        "holders": [] if constrained is False else find_holders(root),
         "resume_latency_us": resume,
         "resume_latency_constrained_cpus": sorted(
             cpu for key, cpus in resume.items() if key != "0" for cpu in cpus),

@@ -33,9 +33,8 @@ COMMAND_TIMEOUT = 30
 COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-q-x.xml": ["nvidia-smi", "-q", "-x"],
     "dmesg.txt": ["dmesg"],
-    "systemctl-show-system.slice.txt": ["systemctl", "show", "system.slice"],
-    "systemctl-show-user.slice.txt": ["systemctl", "show", "user.slice"],
-    "systemctl-show-init.scope.txt": ["systemctl", "show", "init.scope"],
+    "systemctl-show-slices.txt": ["systemctl", "show", "--property=Id,AllowedCPUs,EffectiveCPUs",
+                                  "system.slice", "user.slice", "init.scope"],
 }
 MAX_SYMLINKS = 40
 ENVIRONMENT_FILE = f"{COMMANDS_DIR}/environment.txt"
@@ -59,6 +58,7 @@ class Sysroot:
         self.root = os.path.abspath(root)
         self.live = self.root == "/"
         self._record = record
+        self._outputs: dict[str, CommandOutput] = {}
 
     def __repr__(self) -> str:
         return f"Sysroot({self.root!r})"

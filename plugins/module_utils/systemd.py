@@ -95,24 +95,29 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
     return {key.strip(): value.strip() for key, sep, value in pairs if sep and key.strip()}
 
 
-def show_source(unit: str) -> str:
-    """The command that :func:`read_systemctl_cpus` runs for ``unit``, as evidence."""
-    return " ".join(COMMANDS[f"systemctl-show-{unit}.txt"])
+def parse_systemctl_show_units(text: str) -> dict[str, dict[str, str]]:
+    """``systemctl show A B C`` output (one block per unit, blank-line separated) -> by ``Id``."""
+    blocks = (parse_systemctl_show(block) for block in text.split("\n\n"))
+    return {props["Id"]: props for props in blocks if props.get("Id")}
+
+
+SHOW_COMMAND = "systemctl-show-slices.txt"
+SHOW_SOURCE = " ".join(COMMANDS[SHOW_COMMAND])
 
 
 def read_systemctl_cpus(root: Sysroot, unit: str) -> dict[str, str | None] | None:
-    """``{"allowed_cpus", "effective_cpus"}`` from ``systemctl show <unit>``.
+    """``{"allowed_cpus", "effective_cpus"}`` of ``unit`` from one ``systemctl show`` of the slices.
 
     ``None`` when systemctl is absent, was not captured, or fails (no systemd as PID 1).
     A key missing from the output (systemd < 244) is ``None``; ``""`` means not set/empty.
     """
     try:
-        out = root.command(f"systemctl-show-{unit}.txt")
+        out = root.command(SHOW_COMMAND)
     except NotSupported:
         return None
-    if out.rc != 0:
+    props = parse_systemctl_show_units(out.stdout).get(unit) if out.rc == 0 else None
+    if props is None:
         return None
-    props = parse_systemctl_show(out.stdout)
     return {
         "allowed_cpus": _show_cpus(props, "AllowedCPUs", out.source),
         "effective_cpus": _show_cpus(props, "EffectiveCPUs", out.source),
