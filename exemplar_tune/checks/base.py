@@ -1,0 +1,81 @@
+"""What a check is, what it returns, and the one registry that lists them.
+
+A check is a pure function over one host's facts (all layers) and the profile; it does no
+I/O. It is declared with :func:`check`, which records its id, layer, severity, the risk it
+guards against and the fix, and registers it. Checks run in layer order (the layer registry)
+and, within a layer, in the order their modules define them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+STATUSES = (FAIL, WARN, PASS, SKIP)  # worst first
+SEVERITIES = ("high", "medium", "low")
+
+Facts = dict[str, dict[str, Any]]
+Profile = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a check function returns for one host."""
+
+    status: str
+    observed: Any = None
+    expected: Any = None
+    detail: str = ""
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check: identity, what it protects and how to fix what it finds."""
+
+    id: str
+    layer: str
+    severity: str
+    title: str
+    risk: str
+    fix: str
+    knob: str | None
+    func: Callable[[Facts, Profile], Outcome] = field(compare=False)
+
+
+CHECKS: list[Check] = []
+
+
+def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
+          knob: str | None = None) -> Callable[[Callable], Callable]:
+    """Register the decorated function as check ``check_id`` (``"<layer>.<name>"``).
+
+    ``risk`` is one line on what the finding costs; ``fix`` names the knob or the manual
+    action (BIOS, hypervisor) that removes it; ``knob`` is the role knob, when one exists.
+    """
+    layer = check_id.split(".", 1)[0]
+    if layer not in LAYER_NAMES or severity not in SEVERITIES:
+        raise ValueError(f"check {check_id}: bad layer or severity {severity!r}")
+
+    def register(func: Callable[[Facts, Profile], Outcome]) -> Callable:
+        if any(c.id == check_id for c in CHECKS):
+            raise ValueError(f"check {check_id} registered twice")
+        CHECKS.append(Check(check_id, layer, severity, title, risk, fix, knob, func))
+        return func
+
+    return register
+
+
+def source(facts: Facts, layer: str, key: str) -> tuple[str, ...]:
+    """The evidence (file or command) behind ``facts[layer][key]``, as a 1-tuple."""
+    found = (facts.get(layer) or {}).get("sources", {}).get(key)
+    return (f"{found}",) if found else ()
+
+
+def skip(reason: str) -> Outcome:
+    """A check that cannot judge this host (fact unknown, hardware absent, profile silent)."""
+    return Outcome(SKIP, detail=reason)

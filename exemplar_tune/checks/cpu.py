@@ -1,0 +1,3 @@
+"""cpu-layer checks."""
+
+from __future__ import annotations

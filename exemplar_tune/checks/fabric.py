@@ -1,0 +1,3 @@
+"""fabric-layer checks."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""gpu-layer checks."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""runtime-layer checks."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""vm-layer checks."""
+
+from __future__ import annotations

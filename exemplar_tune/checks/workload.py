@@ -1,0 +1,3 @@
+"""workload-layer checks."""
+
+from __future__ import annotations

@@ -1,0 +1,65 @@
+"""Profiles: the desired state and expectations of one cluster type, validated by a schema.
+
+A profile is a YAML file; the shipped ones live in ``exemplar_tune/profiles/``
+(``--profile h100-x86``), users pass their own path (``--profile ./site.yaml``). The schema
+(``profiles/schema.json``) rejects unknown keys, so a typo never silently disables a check.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from exemplar_tune.errors import UserError
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+
+class ProfileError(UserError):
+    """A profile that cannot be found, parsed or validated."""
+
+
+@cache
+def profile_schema() -> dict[str, Any]:
+    """The JSON schema every profile must satisfy."""
+    return json.loads((PROFILES_DIR / "schema.json").read_text())
+
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles that come with exemplar-tune."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str) -> dict[str, Any]:
+    """The profile called ``name_or_path`` (shipped) or stored at that path, validated."""
+    path = Path(name_or_path)
+    if not path.suffix and (PROFILES_DIR / f"{name_or_path}.yaml").is_file():
+        path = PROFILES_DIR / f"{name_or_path}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"profile {name_or_path!r} not found; shipped profiles: "
+                           f"{', '.join(shipped_profiles())}, or give a file path") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"profile {path}: cannot read it: {_one_line(exc)}") from None
+    validate_profile(data, str(path))
+    return data
+
+
+def validate_profile(data: Any, where: str) -> None:
+    """Raise ``ProfileError`` naming the first bad key (``cpu.governor: ...``)."""
+    validator = jsonschema.Draft202012Validator(profile_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        key = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise ProfileError(f"profile {where}: {key}: {_one_line(first.message)}")
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
