@@ -1,3 +1,543 @@
-"""cpu-layer checks."""
+"""cpu-layer checks: idle states, PM QoS, frequency, housekeeping placement, NUMA.
+
+Every check reads ``facts["cpu"]`` (and ``facts["vm"]`` / ``facts["gpu"]`` where noted) and
+``profile["cpu"]``; a check whose profile key is absent is skipped, and so is one whose facts
+are unknown (``None``). Semantics: ``shared/reference/platform-facts.md`` §1-§3.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
+
+from exemplar_tune.checks.base import (
+    FAIL,
+    PASS,
+    WARN,
+    Facts,
+    Outcome,
+    Profile,
+    check,
+    skip,
+    source,
+)
+
+HOUSEKEEPING_UNITS = ("system.slice", "user.slice", "init.scope")
+GUEST = "guest C-states do not control the host"
+# Command-line values that are no limit: the drivers' own defaults / "off" switches.
+INTEL_IDLE_MAX_DEFAULT = 9  # CPUIDLE_STATE_MAX - 1
+PROCESSOR_MAX_DEFAULT = 8  # ACPI_PROCESSOR_MAX_POWER
+
+
+# ---- helpers (pure) -------------------------------------------------------------------------
+
+def _cpu(facts: Facts) -> dict[str, Any]:
+    return facts.get("cpu") or {}
+
+
+def _want(profile: Profile, key: str) -> Any:
+    return (profile.get("cpu") or {}).get(key)
+
+
+def _evidence(facts: Facts, *keys: str, layer: str = "cpu") -> tuple[str, ...]:
+    found: list[str] = []
+    for key in keys:
+        found += [s for s in source(facts, layer, key) if s not in found]
+    return tuple(found)
+
+
+def _cpus(text: str | None) -> set[int] | None:
+    """A kernel cpulist as a set; ``None`` when unknown or malformed."""
+    if text is None:
+        return None
+    try:
+        return set(parse_cpulist(text))
+    except ParseError:
+        return None
+
+
+def _fmt(cpus: set[int] | list[int]) -> str:
+    return format_cpulist(sorted(cpus)) or "none"
+
+
+def _guest(facts: Facts) -> bool | None:
+    """True on a VM guest, False on bare metal, None when the vm layer did not say."""
+    return (facts.get("vm") or {}).get("virtualized")
+
+
+def _online(cpu: dict[str, Any]) -> set[int] | None:
+    """Online CPUs: the root cpuset, else the union of the NUMA nodes' CPUs."""
+    root = ((cpu.get("cgroup") or {}).get("root") or {}).get("effective")
+    if _cpus(root):
+        return _cpus(root)
+    nodes = (cpu.get("numa") or {}).get("nodes") or []
+    found = set().union(*(_cpus(n.get("cpulist")) or set() for n in nodes))
+    return found or None
+
+
+def _job_cpus(cpu: dict[str, Any]) -> dict[int | str, set[int]] | None:
+    """``{job_id: effective CPUs}`` of the Slurm job cgroups; None when unknown."""
+    jobs = cpu.get("slurm_jobs")
+    if jobs is None:
+        return None
+    found = {}
+    for job in jobs:
+        cpus = _cpus(job.get("effective") or job.get("cpus"))
+        if cpus:
+            found[job.get("job_id")] = cpus
+    return found
+
+
+# ---- idle states ----------------------------------------------------------------------------
+
+@check("cpu.deep-cstates-disabled", severity="high",
+       title="The deepest C-state is exposed and enabled on every CPU",
+       risk="idle cores held in shallow C-states starve busy cores of turbo: 3.0 vs 3.8 GHz, "
+            "~4 % step time",
+       fix="enable the deepest state on every CPU (cpuidle stateN/disable=0) and in BIOS "
+           "(C-states Auto/Enabled)",
+       knob="cpu.deep_cstates")
+def check_deep_cstates_disabled(facts: Facts, profile: Profile) -> Outcome:
+    if not _want(profile, "deep_cstates"):
+        return skip("profile sets no deep_cstates")
+    idle = _cpu(facts).get("cpuidle")
+    if idle is None:
+        return skip("cpuidle facts unknown")
+    if _guest(facts):
+        return skip(GUEST)
+    evidence = source(facts, "cpu", "cpuidle")
+    driver = idle.get("driver")
+    if driver in (None, "none") or not idle.get("states"):
+        if _guest(facts) is None:
+            return skip(f"cpuidle driver {driver or 'absent'} and no vm facts: cannot tell a "
+                        "guest from bare metal")
+        return Outcome(FAIL, observed={"driver": driver, "states_exposed": 0},
+                       expected="a cpuidle driver with deep states",
+                       detail=f"cpuidle driver {driver or 'absent'} on bare metal: CPUs idle "
+                              "without C-states", evidence=evidence)
+    return _judge_states(idle, _want(profile, "min_idle_states"), evidence)
+
+
+def _judge_states(idle: dict[str, Any], min_states: int | None,
+                  evidence: tuple[str, ...]) -> Outcome:
+    states = idle["states"]
+    deep = next((s for s in states if s.get("name") == idle.get("deepest_state")), states[-1])
+    name, latency = deep.get("name"), deep.get("latency_us")
+    disabled, missing = set(deep.get("disabled_cpus") or []), set(deep.get("missing_cpus") or [])
+    exposed = idle.get("states_exposed", len(states))
+    observed = {"deepest_state": name, "latency_us": latency, "disabled_cpus": _fmt(disabled),
+                "missing_cpus": _fmt(missing), "states_exposed": exposed}
+    expected = {"deepest_state_disabled_cpus": "none", "states_exposed_min": min_states}
+    problems = []
+    if disabled:
+        problems.append(f"{name} ({latency} us) disabled on CPUs {_fmt(disabled)} "
+                        f"(default_status={deep.get('default_status')})")
+    if missing:
+        problems.append(f"{name} absent on CPUs {_fmt(missing)}")
+    if min_states is not None and exposed < min_states:
+        names = ", ".join(s.get("name") or "?" for s in states)
+        problems.append(f"only {exposed} states exposed ({names}), profile wants "
+                        f">= {min_states}: deep C-states hidden by BIOS or driver")
+    if problems:
+        return Outcome(FAIL, observed, expected, "; ".join(problems), evidence)
+    return Outcome(PASS, observed, expected,
+                   f"{name} ({latency} us) enabled on every CPU, {exposed} states exposed",
+                   evidence)
+
+
+def _cmdline_limit(name: str, value: str | None) -> bool:
+    """Whether ``name=value`` on the command line caps the idle states."""
+    if name == "idle":
+        return True
+    number = _int(value)
+    if name == "intel_idle.max_cstate":
+        return number is None or number < INTEL_IDLE_MAX_DEFAULT
+    if name == "processor.max_cstate":
+        return number is None or number < PROCESSOR_MAX_DEFAULT
+    if name == "intel_idle.states_off":
+        return number != 0
+    if name == "cpuidle.off":
+        return value not in ("0", "n", "N")
+    return False
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value, 0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _param_limits(limits: dict[str, Any]) -> list[str]:
+    """Limits seen in ``/sys/module/{intel_idle,processor}/parameters`` (e.g. modprobe.d)."""
+    intel = limits.get("intel_idle") or {}
+    found = []
+    if intel.get("max_cstate") is not None and intel["max_cstate"] < INTEL_IDLE_MAX_DEFAULT:
+        found.append(f"intel_idle max_cstate={intel['max_cstate']}")
+    if intel.get("states_off"):
+        found.append(f"intel_idle states_off={intel['states_off']:#x}")
+    return found
+
+
+@check("cpu.cstate-cmdline-limits", severity="high",
+       title="No C-state limit on the kernel command line",
+       risk="a boot-time C-state cap keeps deep states off on every boot: 3.0 vs 3.8 GHz turbo, "
+            "~4 % step time, and only a reboot removes it",
+       fix="remove intel_idle.max_cstate= / processor.max_cstate= / idle= / "
+           "intel_idle.states_off= / cpuidle.off= from the bootloader config and reboot",
+       knob="cpu.cstate_cmdline")
+def check_cstate_cmdline_limits(facts: Facts, profile: Profile) -> Outcome:
+    if not _want(profile, "deep_cstates"):
+        return skip("profile sets no deep_cstates")
+    limits = _cpu(facts).get("cstate_limits")
+    if limits is None or limits.get("cmdline") is None:
+        return skip("kernel command line unknown")
+    if _guest(facts):
+        return skip(GUEST)
+    found = [f"{name}={value}" if value is not None else name
+             for name, value in limits["cmdline"].items() if _cmdline_limit(name, value)]
+    found += _param_limits(limits)
+    evidence = source(facts, "cpu", "cstate_limits")
+    if found:
+        return Outcome(FAIL, observed=found, expected=[],
+                       detail=f"C-state limits set: {', '.join(found)} (reboot needed)",
+                       evidence=evidence)
+    return Outcome(PASS, observed=[], expected=[], detail="no C-state limit on the command line",
+                   evidence=evidence)
+
+
+# ---- PM QoS ---------------------------------------------------------------------------------
+
+def _qos_thresholds(cpu: dict[str, Any], profile: Profile) -> dict[str, int]:
+    """``{why: µs}``: a latency request below any of these is a finding."""
+    found = {}
+    if _want(profile, "pm_qos_max_latency_us") is not None:
+        found["profile pm_qos_max_latency_us"] = _want(profile, "pm_qos_max_latency_us")
+    states = (cpu.get("cpuidle") or {}).get("states") or []
+    deep = max(states, key=lambda s: s.get("latency_us") or -1, default=None)
+    if _want(profile, "deep_cstates") and deep and deep.get("latency_us"):
+        found[f"{deep['name']} exit latency"] = deep["latency_us"]
+    return found
+
+
+def _below(value: int | str, thresholds: dict[str, int]) -> list[str]:
+    return [f"{why} {limit} us" for why, limit in thresholds.items()
+            if value == "n/a" or int(value) < limit]
+
+
+def _holders(cpu: dict[str, Any]) -> str:
+    qos, tuned = cpu.get("pm_qos") or {}, cpu.get("tuned") or {}
+    names = [f"{h.get('comm') or '?'} (pid {h.get('pid')})" for h in qos.get("holders") or []]
+    text = "held by " + ", ".join(names) if names else "no holder visible (needs root)"
+    if tuned.get("active_profiles") and tuned.get("force_latency_profile"):
+        text += (f"; tuned profile {tuned['force_latency_profile']} sets "
+                 f"force_latency={tuned.get('force_latency')}")
+    return text
+
+
+def _resume_findings(qos: dict[str, Any], thresholds: dict[str, int]) -> list[str]:
+    found = []
+    for value, cpus in (qos.get("resume_latency_us") or {}).items():
+        if value == "0":
+            continue
+        limit = value if value == "n/a" else _int(value)
+        if limit is not None and _below(limit, thresholds):
+            found.append(f"pm_qos_resume_latency_us={value} on CPUs {_fmt(cpus)}")
+    return found
+
+
+@check("cpu.pm-qos-holder", severity="high",
+       title="No PM QoS request blocks the deep C-states",
+       risk="a held /dev/cpu_dma_latency request keeps every CPU out of slower states (99 us "
+            "blocks C6 at 290 us): 3.0 vs 3.8 GHz turbo, ~4 % step time",
+       fix="switch tuned to a child profile without force_latency (never kill tuned); stop "
+           "other holders of /dev/cpu_dma_latency; write 0 to cpuN/power/pm_qos_resume_latency_us",
+       knob="cpu.tuned_profile")
+def check_pm_qos_holder(facts: Facts, profile: Profile) -> Outcome:
+    cpu = _cpu(facts)
+    thresholds = _qos_thresholds(cpu, profile)
+    if not thresholds:
+        return skip("profile sets no pm_qos_max_latency_us or deep_cstates")
+    qos = cpu.get("pm_qos")
+    if qos is None:
+        return skip("PM QoS facts unknown")
+    value = qos.get("cpu_dma_latency_us")
+    findings = _resume_findings(qos, thresholds)
+    below = [] if value is None else _below(value, thresholds)
+    if below:
+        findings.insert(0, f"/dev/cpu_dma_latency = {value} us < {' and < '.join(below)}: "
+                           f"{_holders(cpu)}")
+    observed = {"cpu_dma_latency_us": value,
+                "holders": [f"{h.get('pid')}/{h.get('comm')}" for h in qos.get("holders") or []],
+                "tuned_force_latency_profile": (cpu.get("tuned") or {}).get(
+                    "force_latency_profile")}
+    expected = {"cpu_dma_latency_us_min": max(thresholds.values())}
+    evidence = _evidence(facts, "pm_qos", "tuned")
+    if findings:
+        return Outcome(FAIL, observed, expected, "; ".join(findings), evidence)
+    if value is None:
+        return skip("cannot read /dev/cpu_dma_latency (needs root)")
+    return Outcome(PASS, observed, expected,
+                   f"/dev/cpu_dma_latency = {value} us, no per-CPU resume-latency limit",
+                   evidence)
+
+
+# ---- frequency ------------------------------------------------------------------------------
+
+@check("cpu.governor", severity="medium",
+       title="Every cpufreq policy uses the profile's governor",
+       risk="an on-demand governor ramps frequency only after load appears: slower data loading "
+            "and kernel launches after every idle gap",
+       fix="set scaling_governor on every policy (or the tuned [cpu] governor)",
+       knob="cpu.governor")
+def check_governor(facts: Facts, profile: Profile) -> Outcome:
+    want = _want(profile, "governor")
+    if want is None:
+        return skip("profile sets no governor")
+    freq = _cpu(facts).get("cpufreq")
+    if freq is None:
+        return skip("cpufreq facts unknown")
+    policies = freq.get("policies") or []
+    if not policies:
+        return skip("no cpufreq policy (VM guest or no cpufreq driver)")
+    wrong: dict[str, set[int]] = {}
+    for policy in policies:
+        if policy.get("governor") != want:
+            wrong.setdefault(str(policy.get("governor")), set()).update(policy.get("cpus") or [])
+    observed = {gov: _fmt(cpus) for gov, cpus in (freq.get("governors") or {}).items()}
+    evidence = source(facts, "cpu", "cpufreq")
+    if wrong:
+        text = ", ".join(f"{gov} on CPUs {_fmt(cpus)}" for gov, cpus in sorted(wrong.items()))
+        return Outcome(FAIL, observed, want, f"governor {text}, want {want}", evidence)
+    return Outcome(PASS, observed, want, f"{want} on all {len(policies)} policies", evidence)
+
+
+@check("cpu.turbo", severity="high",
+       title="Turbo/boost matches the profile",
+       risk="without turbo busy cores stay at base clock: 2.2 instead of 3.8 GHz on a Xeon "
+            "8460H for data loading and kernel launches",
+       fix="allow turbo: intel_pstate/no_turbo=0 or cpufreq/boost=1 (and turbo enabled in BIOS)",
+       knob="cpu.turbo")
+def check_turbo(facts: Facts, profile: Profile) -> Outcome:
+    want = _want(profile, "turbo")
+    if want is None:
+        return skip("profile sets no turbo")
+    freq = _cpu(facts).get("cpufreq")
+    if freq is None:
+        return skip("cpufreq facts unknown")
+    turbo = freq.get("turbo") or {}
+    enabled = turbo.get("enabled")
+    if enabled is None:
+        return skip("no turbo control exposed (no cpufreq driver or VM guest)")
+    off = sorted(c for p in freq.get("policies") or [] if p.get("boost") in (0, False)
+                 for c in p.get("cpus") or [])
+    where = turbo.get("control") or "cpufreq"
+    evidence = (where,) if turbo.get("control") else source(facts, "cpu", "cpufreq")
+    if enabled != want or (want and off):
+        detail = f"turbo {'enabled' if enabled else 'disabled'} ({where})"
+        if want and off:
+            detail += f"; policy boost=0 on CPUs {_fmt(off)}"
+        return Outcome(FAIL, enabled and not off, want, f"{detail}, profile wants "
+                       f"{'on' if want else 'off'}", evidence)
+    return Outcome(PASS, enabled, want, f"turbo {'enabled' if enabled else 'disabled'} "
+                   f"({where})", evidence)
+
+
+# ---- placement ------------------------------------------------------------------------------
+
+def _housekeeping(cpu: dict[str, Any]) -> dict[str, set[int]] | None:
+    """``{unit: effective CPUs}`` of the housekeeping units that exist; None when unknown."""
+    units = cpu.get("housekeeping")
+    if not units:
+        return None
+    found = {}
+    for unit in HOUSEKEEPING_UNITS:
+        cpus = _cpus((units.get(unit) or {}).get("effective"))
+        if cpus:
+            found[unit] = cpus
+    return found or None
+
+
+@check("cpu.housekeeping-overlap", severity="medium",
+       title="Housekeeping (system.slice, user.slice, init.scope) runs off the job CPUs",
+       risk="housekeeping threads preempt data loaders: 50-100 ms stalls, bimodal step times",
+       fix="confine system.slice, user.slice and init.scope with AllowedCPUs= to housekeeping "
+           "cores outside the Slurm job cpusets",
+       knob="cpu.housekeeping")
+def check_housekeeping_overlap(facts: Facts, profile: Profile) -> Outcome:
+    if not _want(profile, "housekeeping_confined"):
+        return skip("profile sets no housekeeping_confined")
+    cpu = _cpu(facts)
+    units = _housekeeping(cpu)
+    if units is None:
+        return skip("housekeeping cpusets unknown (no cgroup cpuset facts)")
+    jobs = _job_cpus(cpu) or {}
+    evidence = _evidence(facts, "housekeeping", "slurm_jobs")
+    observed = {"housekeeping": {u: _fmt(c) for u, c in units.items()},
+                "jobs": {str(j): _fmt(c) for j, c in jobs.items()}}
+    if jobs:
+        return _judge_overlap(units, jobs, observed, evidence)
+    online = _online(cpu)
+    wide = [u for u, c in units.items() if online and c >= online]
+    if wide:
+        return Outcome(WARN, observed, "housekeeping on a subset of the CPUs",
+                       f"{', '.join(wide)} span all online CPUs {_fmt(online or set())}: "
+                       "housekeeping not confined (no Slurm job to compare)", evidence)
+    return Outcome(PASS, observed, "housekeeping on a subset of the CPUs",
+                   f"housekeeping confined ({_summary(units)}), no Slurm job running", evidence)
+
+
+def _summary(units: dict[str, set[int]]) -> str:
+    return ", ".join(f"{u} {_fmt(c)}" for u, c in units.items())
+
+
+def _judge_overlap(units: dict[str, set[int]], jobs: dict[Any, set[int]],
+                   observed: dict[str, Any], evidence: tuple[str, ...]) -> Outcome:
+    shared: dict[tuple[Any, str], list[str]] = {}
+    for job, job_cpus in jobs.items():
+        for unit, cpus in units.items():
+            if cpus & job_cpus:
+                shared.setdefault((job, _fmt(cpus & job_cpus)), []).append(unit)
+    clashes = [f"{', '.join(names)} share CPUs {both} with Slurm job {job}"
+               for (job, both), names in shared.items()]
+    expected = "no CPU shared between housekeeping and Slurm jobs"
+    if clashes:
+        return Outcome(FAIL, observed, expected, "; ".join(clashes), evidence)
+    return Outcome(PASS, observed, expected,
+                   f"housekeeping ({_summary(units)}) disjoint from "
+                   f"{len(jobs)} Slurm job cpuset(s)", evidence)
+
+
+@check("cpu.irqbalance-banned", severity="low",
+       title="irqbalance keeps device interrupts off the job CPUs",
+       risk="irqbalance moves interrupts onto job CPUs: handlers preempt data-loader and "
+            "launch threads, latency spikes in step time",
+       fix="set IRQBALANCE_BANNED_CPULIST to the job CPUs in /etc/default/irqbalance (or "
+           "/etc/sysconfig/irqbalance) and restart irqbalance",
+       knob="cpu.housekeeping")
+def check_irqbalance_banned(facts: Facts, profile: Profile) -> Outcome:
+    if not _want(profile, "housekeeping_confined"):
+        return skip("profile sets no housekeeping_confined")
+    cpu = _cpu(facts)
+    irqb = cpu.get("irqbalance")
+    if irqb is None:
+        return skip("irqbalance facts unknown")
+    evidence = _evidence(facts, "irqbalance", "slurm_jobs")
+    if not irqb.get("running"):
+        return Outcome(PASS, "not running", "job CPUs banned",
+                       "irqbalance not running: it moves no interrupt", evidence)
+    target = _irq_target(cpu)
+    if target is None:
+        return skip("no Slurm job and no housekeeping confinement: no CPUs to keep free")
+    banned = _cpus(irqb.get("banned"))
+    if banned is None:
+        return skip("irqbalance banned CPUs unknown")
+    observed = {"banned": _fmt(banned), "from": irqb.get("banned_from")}
+    loose = target - banned
+    if loose:
+        return Outcome(WARN, observed, _fmt(target),
+                       f"irqbalance may place interrupts on job CPUs {_fmt(loose)} "
+                       f"(banned: {_fmt(banned)})", evidence)
+    return Outcome(PASS, observed, _fmt(target),
+                   f"irqbalance bans the job CPUs {_fmt(target)}", evidence)
+
+
+def _irq_target(cpu: dict[str, Any]) -> set[int] | None:
+    """The CPUs irqbalance must avoid: the job CPUs, else the CPUs outside housekeeping."""
+    jobs = _job_cpus(cpu)
+    if jobs:
+        return set().union(*jobs.values())
+    units, online = _housekeeping(cpu), _online(cpu)
+    if not units or not online:
+        return None
+    rest = online - set().union(*units.values())
+    return rest or None
+
+
+def _device_nodes(facts: Facts) -> dict[int, list[str]]:
+    """``{numa node: ["GPU 0000:a4:00.0", ...]}`` of the GPUs (gpu layer BDFs when known)
+    and NICs whose node is known."""
+    cpu = _cpu(facts)
+    listed = {g.get("sysfs_bdf") for g in (facts.get("gpu") or {}).get("gpus") or []}
+    gpus = cpu.get("gpus_pci") or []
+    if listed & {g.get("bdf") for g in gpus}:
+        gpus = [g for g in gpus if g.get("bdf") in listed]
+    nodes: dict[int, list[str]] = {}
+    for kind, devices in (("GPU", gpus), ("NIC", cpu.get("nics_pci") or [])):
+        for dev in devices:
+            node = dev.get("numa_node")
+            if node is not None and node >= 0:
+                nodes.setdefault(node, []).append(f"{kind} {dev.get('bdf')}")
+    if not any(d.startswith("GPU") for devs in nodes.values() for d in devs):
+        return {}
+    return nodes
+
+
+def _node_cpus(cpu: dict[str, Any]) -> dict[int, set[int]]:
+    nodes = (cpu.get("numa") or {}).get("nodes") or []
+    return {n["node"]: _cpus(n.get("cpulist")) or set() for n in nodes if "node" in n}
+
+
+@check("cpu.job-cpus-gpu-local", severity="medium",
+       title="Slurm job CPUs include cores local to every GPU/NIC NUMA node",
+       risk="loader and launch threads on a remote socket cross the inter-socket link for every "
+            "host-device copy: lower H2D bandwidth, higher launch latency",
+       fix="bind jobs to GPU-local cores: gres.conf Cores= per GPU, TaskPlugin=task/affinity,"
+           "task/cgroup and --cpu-bind / --gpu-bind=closest",
+       knob=None)
+def check_job_cpus_gpu_local(facts: Facts, profile: Profile) -> Outcome:
+    if not _want(profile, "job_cpus_gpu_local"):
+        return skip("profile sets no job_cpus_gpu_local")
+    cpu = _cpu(facts)
+    jobs = _job_cpus(cpu)
+    if jobs is None:
+        return skip("Slurm job cgroups unknown")
+    if not jobs:
+        return skip("no Slurm job running")
+    devices, node_cpus = _device_nodes(facts), _node_cpus(cpu)
+    devices = {n: d for n, d in devices.items() if node_cpus.get(n)}
+    if not devices:
+        return skip("no GPU NUMA node known (numa_node -1 or no GPU)")
+    evidence = _evidence(facts, "slurm_jobs", "gpus_pci", "nics_pci", "numa")
+    findings = []
+    for job, cpus in jobs.items():
+        for node, devs in sorted(devices.items()):
+            if not cpus & node_cpus[node]:
+                findings.append(f"job {job} ({_fmt(cpus)}) has no CPU on node{node} "
+                                f"({_fmt(node_cpus[node])}: {_devices_text(devs)})")
+    observed = {str(j): _fmt(c) for j, c in jobs.items()}
+    expected = {f"node{n}": _fmt(node_cpus[n]) for n in sorted(devices)}
+    if findings:
+        return Outcome(WARN, observed, expected, "; ".join(findings), evidence)
+    return Outcome(PASS, observed, expected,
+                   f"every job has CPUs on the GPU/NIC nodes {sorted(devices)}", evidence)
+
+
+def _devices_text(devs: list[str]) -> str:
+    gpus = sum(d.startswith("GPU") for d in devs)
+    return f"{gpus} GPUs, {len(devs) - gpus} NICs"
+
+
+@check("cpu.numa-balancing", severity="low",
+       title="kernel.numa_balancing matches the profile",
+       risk="automatic NUMA balancing unmaps pages to sample access: hinting page faults and "
+            "page migrations stall loader threads during training",
+       fix="sysctl kernel.numa_balancing=<profile value> (persist in /etc/sysctl.d)",
+       knob="cpu.numa_balancing")
+def check_numa_balancing(facts: Facts, profile: Profile) -> Outcome:
+    want = _want(profile, "numa_balancing")
+    if want is None:
+        return skip("profile sets no numa_balancing")
+    have = _cpu(facts).get("numa_balancing")
+    if have is None:
+        return skip("kernel.numa_balancing unknown (/proc/sys/kernel/numa_balancing absent)")
+    evidence = source(facts, "cpu", "numa_balancing")
+    if have != want:
+        return Outcome(WARN, have, want, f"kernel.numa_balancing={have}, profile wants {want}",
+                       evidence)
+    return Outcome(PASS, have, want, f"kernel.numa_balancing={have}", evidence)

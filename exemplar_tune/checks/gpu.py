@@ -1,3 +1,451 @@
-"""gpu-layer checks."""
+"""gpu-layer checks: inventory against the profile, and GPU health (ECC, row remapping,
+retired pages, PCIe link, clock-event reasons, temperature, Xid events).
+
+Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
+section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
+error, a pending row remap or an Xid 79 is a finding on every cluster. The semantics follow
+platform-facts.md section 7 (nvidia-smi fields, Xid triage groups) and the health tools in
+anchors.md (DCGM diag r1 "page retirement/row remap", AzNHC ``azure_gpu_ecc.nhc``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from exemplar_tune.checks.base import (
+    FAIL,
+    PASS,
+    WARN,
+    Facts,
+    Outcome,
+    Profile,
+    check,
+    skip,
+    source,
+)
+
+LAYER = "gpu"
+# Clock-event reasons (nvidia-smi ``clocks_event_reason_*``, NVML bitmask names).
+CLOCK_FAIL = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+              "sw_thermal_slowdown")
+CLOCK_WARN = ("sw_power_cap",)
+# Xid triage classes (platform-facts.md 7.2; docs.nvidia.com/deploy/xid-errors).
+XID_CLASSES: dict[str, tuple[int, ...]] = {
+    "memory": (48, 63, 64, 92, 94, 95),
+    "fell_off_bus": (79,),
+    "nvlink": (74,),
+    "gsp": (119, 120),
+    "timeout": (109,),
+    "application": (13, 31, 43, 45),
+}
+XID_WARN_CLASSES = ("application", "other")
+# AzNHC azure_gpu_ecc.nhc: more uncorrectable remapped rows than this fails the GPU.
+REMAP_UNC_MAX = 512
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _layer(facts: Facts) -> dict[str, Any]:
+    return facts.get(LAYER) or {}
+
+
+def _error(facts: Facts, key: str) -> str:
+    """The recorded read error of ``gpu.<key>``, as ``": path: reason"`` (or ``""``)."""
+    for err in _layer(facts).get("errors") or []:
+        if err.get("fact") == key:
+            return f": {err.get('path')}: {err.get('error')}"
+    return ""
+
+
+def _gpus(facts: Facts) -> tuple[list[dict[str, Any]], Outcome | None]:
+    """The GPU list, or a skip when GPUs are absent or could not be listed."""
+    gpu = _layer(facts)
+    present = gpu.get("present")
+    if present is None:
+        return [], skip(f"GPU inventory unknown{_error(facts, 'present') or _error(facts, 'gpus')}")
+    if not present:
+        return [], skip(f"no GPU on this host ({gpu.get('reason') or 'none listed'})")
+    if not gpu.get("gpus"):
+        return [], skip(f"GPU list unknown{_error(facts, 'gpus')}")
+    return gpu["gpus"], None
+
+
+def _name(gpu: dict[str, Any]) -> str:
+    """``00000000:C2:00.0`` (nvidia-smi's address), else the sysfs one, else ``GPU <index>``."""
+    return gpu.get("bdf") or gpu.get("sysfs_bdf") or f"GPU {gpu.get('index')}"
+
+
+def _names(gpus: Iterable[dict[str, Any]]) -> list[str]:
+    return [_name(g) for g in gpus]
+
+
+def _get(gpu: dict[str, Any], *path: str) -> Any:
+    """``gpu[path[0]][path[1]]...``, ``None`` where a level is missing or ``None``."""
+    value: Any = gpu
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _expect(profile: Profile, key: str) -> Any:
+    return (profile.get(LAYER) or {}).get(key)
+
+
+def _evidence(facts: Facts, key: str = "gpus") -> tuple[str, ...]:
+    return source(facts, LAYER, key)
+
+
+def _list(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
+# -- inventory -------------------------------------------------------------------------------
+
+
+@check("gpu.count", severity="high", title="Every expected GPU is visible",
+       risk="A missing GPU (fallen off the bus, driver not bound, failed board) leaves the job "
+            "short of ranks or makes it fail to start; the whole node is lost to the job",
+       fix="manual: reseat or replace the GPU, check `lspci -d 10de:` and the kernel log, "
+           "then reload the driver or reboot")
+def check_count(facts: Facts, profile: Profile) -> Outcome:
+    want = _expect(profile, "count")
+    if want is None:
+        return skip("profile sets no gpu.count")
+    gpu = _layer(facts)
+    present, have = gpu.get("present"), gpu.get("count")
+    if present is None or have is None:
+        return skip(f"GPU inventory unknown{_error(facts, 'present') or _error(facts, 'count')}")
+    evidence = _evidence(facts, "count")
+    if not present and want > 0:
+        return Outcome(FAIL, 0, want, f"no GPU visible ({gpu.get('reason') or 'none listed'}); "
+                       f"profile expects {want}", evidence)
+    if have < want:
+        return Outcome(FAIL, have, want, f"{have} GPUs visible, profile expects {want}",
+                       evidence)
+    more = f" (profile expects {want})" if have > want else ""
+    return Outcome(PASS, have, want, f"{have} GPUs visible{more}", evidence)
+
+
+@check("gpu.product", severity="medium", title="The GPUs are the profile's model",
+       risk="A different GPU model invalidates every other expectation of the profile "
+            "(topology, power, NCCL tuning, benchmark references)",
+       fix="manual: run this host with the profile of its GPU model, or fix the inventory")
+def check_product(facts: Facts, profile: Profile) -> Outcome:
+    want = _expect(profile, "product_contains")
+    if want is None:
+        return skip("profile sets no gpu.product_contains")
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    products = sorted({g.get("product_name") or "unknown" for g in gpus})
+    wrong = [g for g in gpus if want.lower() not in (g.get("product_name") or "").lower()]
+    if wrong:
+        found = [f"{_name(g)} {g.get('product_name')}" for g in wrong]
+        return Outcome(FAIL, products, f"product name contains {want!r}",
+                       f"{len(wrong)} of {len(gpus)} GPUs are not {want}: {_list(found)}",
+                       _evidence(facts))
+    return Outcome(PASS, products, f"product name contains {want!r}",
+                   f"all {len(gpus)} GPUs are {', '.join(products)}", _evidence(facts))
+
+
+@check("gpu.persistence-mode", severity="medium", title="Persistence mode as the profile says",
+       risk="Without persistence the driver tears the GPU state down whenever no client holds "
+            "it: every job start pays the re-initialisation (about 1-2 s per GPU) and the "
+            "first NVML/CUDA calls are slow; health tools (DCGM r1) flag it",
+       fix="set knob gpu.persistence_mode (nvidia-persistenced --persistence-mode, or "
+           "nvidia-smi -pm 1)",
+       knob="gpu.persistence_mode")
+def check_persistence_mode(facts: Facts, profile: Profile) -> Outcome:
+    want = _expect(profile, "persistence_mode")
+    if want is None:
+        return skip("profile sets no gpu.persistence_mode")
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    wrong = [g for g in gpus if g.get("persistence_mode") is (not want)]
+    unknown = [g for g in gpus if g.get("persistence_mode") is None]
+    observed = {_name(g): g.get("persistence_mode") for g in gpus}
+    if wrong:
+        where = [f"{_name(g)} (GPU {g.get('index')})" for g in wrong]
+        return Outcome(FAIL, observed, want,
+                       f"persistence mode {'off' if want else 'on'} on {len(wrong)} of "
+                       f"{len(gpus)} GPUs: {_list(where)}", _evidence(facts))
+    if unknown:
+        return skip(f"persistence mode unknown on {_list(_names(unknown))}")
+    return Outcome(PASS, observed, want,
+                   f"persistence mode {'on' if want else 'off'} for all {len(gpus)} GPUs",
+                   _evidence(facts))
+
+
+# -- memory health ---------------------------------------------------------------------------
+
+
+def _ecc_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(per-GPU counts of the affected GPUs, fail lines, warn lines)."""
+    observed: dict[str, Any] = {}
+    fails: list[str] = []
+    warns: list[str] = []
+    for g in gpus:
+        vol = _get(g, "ecc", "volatile", "uncorrectable")
+        agg = _get(g, "ecc", "aggregate", "uncorrectable")
+        sram = _get(g, "ecc", "sram_threshold_exceeded")
+        if vol or agg or sram:
+            observed[_name(g)] = {"volatile_uncorrectable": vol, "aggregate_uncorrectable": agg,
+                                  "sram_threshold_exceeded": sram}
+        if vol:
+            fails.append(f"{_name(g)}: {vol} volatile uncorrectable")
+        if sram:
+            fails.append(f"{_name(g)}: SRAM uncorrectable threshold exceeded")
+        if agg and not vol:
+            warns.append(f"{_name(g)}: {agg} aggregate (lifetime) uncorrectable")
+    return observed, fails, warns
+
+
+@check("gpu.ecc-uncorrectable", severity="high", title="No uncorrectable ECC errors",
+       risk="An uncorrectable ECC error kills the running job (Xid 48/94/95) and may recur; a "
+            "GPU past the SRAM threshold needs replacement",
+       fix="manual: drain the node, reset the GPU (nvidia-smi -r) and run dcgmi diag -r 3; "
+           "RMA if errors recur or the SRAM threshold is exceeded")
+def check_ecc_uncorrectable(facts: Facts, profile: Profile) -> Outcome:
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    if all(_get(g, "ecc", "volatile", "uncorrectable") is None
+           and _get(g, "ecc", "aggregate", "uncorrectable") is None for g in gpus):
+        return skip("ECC error counts not reported (ECC off or not supported)")
+    observed, fails, warns = _ecc_findings(gpus)
+    expected = "0 volatile uncorrectable, SRAM threshold not exceeded"
+    if fails:
+        return Outcome(FAIL, observed, expected, "; ".join(fails + warns), _evidence(facts))
+    if warns:
+        return Outcome(WARN, observed, expected,
+                       "; ".join(warns) + " (none since the last driver load)", _evidence(facts))
+    return Outcome(PASS, observed, expected,
+                   f"no uncorrectable ECC error on {len(gpus)} GPUs", _evidence(facts))
+
+
+def _remap_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    observed: dict[str, Any] = {}
+    fails: list[str] = []
+    for g in gpus:
+        rows = g.get("remapped_rows") or {}
+        unc = rows.get("uncorrectable") or 0
+        if rows.get("pending") or rows.get("failure") or unc > REMAP_UNC_MAX:
+            observed[_name(g)] = {k: rows.get(k) for k in
+                                  ("pending", "failure", "correctable", "uncorrectable")}
+        if rows.get("failure"):
+            fails.append(f"{_name(g)}: row remapping failure: drain and RMA")
+        elif rows.get("pending"):
+            fails.append(f"{_name(g)}: row remap pending: reset GPU to activate")
+        if unc > REMAP_UNC_MAX:
+            fails.append(f"{_name(g)}: {unc} uncorrectable remapped rows > {REMAP_UNC_MAX}: RMA")
+    return observed, fails
+
+
+@check("gpu.remapped-rows", severity="high", title="No pending or failed row remapping",
+       risk="A pending remap leaves a known-bad HBM row in use until the GPU is reset (more "
+            "uncorrectable errors, Xid 63/64); a remapping failure means no spare rows: the GPU "
+            "must be replaced",
+       fix="manual: pending -> drain and reset the GPU (nvidia-smi -r or reboot); failure or "
+           "more than 512 uncorrectable remaps -> drain and RMA")
+def check_remapped_rows(facts: Facts, profile: Profile) -> Outcome:
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    if all(_get(g, "remapped_rows", "pending") is None
+           and _get(g, "remapped_rows", "failure") is None for g in gpus):
+        return skip("remapped rows not reported (pre-A100, MIG or pass-through)")
+    observed, fails = _remap_findings(gpus)
+    expected = {"pending": False, "failure": False, "uncorrectable_max": REMAP_UNC_MAX}
+    if fails:
+        return Outcome(FAIL, observed, expected, "; ".join(fails), _evidence(facts))
+    return Outcome(PASS, observed, expected,
+                   f"no pending or failed row remap on {len(gpus)} GPUs", _evidence(facts))
+
+
+@check("gpu.retired-pages-pending", severity="medium", title="No page retirement pending",
+       risk="Pages marked for retirement stay in use until the next driver reload: the bad "
+            "memory can raise more ECC errors and kill jobs (pre-A100 GPUs)",
+       fix="manual: drain the node and reset the GPU or reboot to retire the pages")
+def check_retired_pages_pending(facts: Facts, profile: Profile) -> Outcome:
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    flags = {_name(g): _get(g, "retired_pages", "pending") for g in gpus}
+    if all(v is None for v in flags.values()):
+        return skip("page retirement not reported (A100 and later use row remapping)")
+    pending = [name for name, v in flags.items() if v]
+    if pending:
+        return Outcome(FAIL, flags, False,
+                       f"page retirement pending on {_list(pending)}: reset to retire",
+                       _evidence(facts))
+    return Outcome(PASS, flags, False, "no page retirement pending", _evidence(facts))
+
+
+# -- link, clocks, temperature ---------------------------------------------------------------
+
+
+def _pcie_findings(gpu: dict[str, Any], gen_min: int | None,
+                   width_min: int | None) -> tuple[list[str], list[str]]:
+    """(fail lines, warn lines) for one GPU's link."""
+    link = gpu.get("pcie") or {}
+    gen, gen_max = link.get("gen_current"), link.get("gen_max")
+    width, width_max = link.get("width_current"), link.get("width_max")
+    name, fails, warns = _name(gpu), [], []
+    if width is not None and width_max is not None and width < width_max:
+        fails.append(f"{name}: width x{width} < max x{width_max}")
+    for label, value in (("max width", width_max), ("width", width)):
+        if value is not None and width_min is not None and value < width_min:
+            fails.append(f"{name}: {label} x{value} < profile x{width_min}")
+            break
+    if gen_max is not None and gen_min is not None and gen_max < gen_min:
+        fails.append(f"{name}: max gen {gen_max} < profile gen {gen_min}")
+    elif gen is not None and gen_min is not None and gen < gen_min:
+        warns.append(f"{name}: gen {gen} < profile gen {gen_min}")
+    elif gen is not None and gen_max is not None and gen < gen_max:
+        warns.append(f"{name}: gen {gen} < max gen {gen_max}")
+    return fails, warns
+
+
+@check("gpu.pcie-link", severity="medium", title="GPU PCIe links trained at full width and speed",
+       risk="A link trained narrow halves (x8) or quarters (x4) host<->GPU bandwidth (Gen5 x16 "
+            "is about 64 GB/s per direction): slower data loading, checkpoints and host-staged "
+            "NCCL traffic",
+       fix="manual: reseat the GPU or riser, check the BIOS PCIe settings; re-read under load "
+           "(idle GPUs lower the link gen to save power)")
+def check_pcie_link(facts: Facts, profile: Profile) -> Outcome:
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    gen_min, width_min = _expect(profile, "pcie_gen_min"), _expect(profile, "pcie_width_min")
+    links = {_name(g): g.get("pcie") or {} for g in gpus}
+    if all(link.get("gen_current") is None and link.get("width_current") is None
+           for link in links.values()):
+        return skip("PCIe link state not reported")
+    fails: list[str] = []
+    warns: list[str] = []
+    for g in gpus:
+        more_fails, more_warns = _pcie_findings(g, gen_min, width_min)
+        fails, warns = fails + more_fails, warns + more_warns
+    observed = {name: {k: link.get(k) for k in ("gen_current", "gen_max", "width_current",
+                                                "width_max")} for name, link in links.items()}
+    expected = {"gen_min": gen_min, "width_min": width_min, "current": "= max"}
+    if fails:
+        return Outcome(FAIL, observed, expected, "; ".join(fails + warns), _evidence(facts))
+    if warns:
+        return Outcome(WARN, observed, expected, "; ".join(warns) + " (an idle GPU lowers its "
+                       "link gen: re-check under load)", _evidence(facts))
+    return Outcome(PASS, observed, expected, f"all {len(gpus)} links at max gen and width",
+                   _evidence(facts))
+
+
+@check("gpu.clock-events", severity="high", title="No hardware or thermal clock slowdown",
+       risk="An active HW slowdown, power-brake or thermal slowdown caps the clocks (often to "
+            "half or less) and the slowest GPU sets the pace of every synchronous step",
+       fix="manual: check cooling, PSUs and the power-brake signal (BMC/ipmitool sensors); "
+           "sw_power_cap: raise the power limit (nvidia-smi -pl) or accept it")
+def check_clock_events(facts: Facts, profile: Profile) -> Outcome:
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    reasons = {_name(g): g.get("clocks_event_reasons_active") for g in gpus}
+    if all(r is None for r in reasons.values()):
+        return skip("clock-event reasons not reported")
+    bad = {n: [r for r in rs if r in CLOCK_FAIL] for n, rs in reasons.items() if rs}
+    capped = {n: [r for r in rs if r in CLOCK_WARN] for n, rs in reasons.items() if rs}
+    bad, capped = {n: r for n, r in bad.items() if r}, {n: r for n, r in capped.items() if r}
+    observed = {n: sorted(set(bad.get(n, [])) | set(capped.get(n, [])))
+                for n in {**bad, **capped}}
+    expected = f"none of {', '.join(CLOCK_FAIL + CLOCK_WARN)} active"
+    lines = [f"{n}: {', '.join(r)}" for n, r in sorted(observed.items())]
+    if bad:
+        return Outcome(FAIL, observed, expected, "; ".join(lines), _evidence(facts))
+    if capped:
+        return Outcome(WARN, observed, expected,
+                       "; ".join(lines) + " (software power cap)", _evidence(facts))
+    return Outcome(PASS, observed, expected,
+                   f"no slowdown reason active on {len(gpus)} GPUs", _evidence(facts))
+
+
+@check("gpu.temperature", severity="low", title="GPU temperature below the profile maximum",
+       risk="A hot GPU is close to its slowdown threshold: under load it throttles (clock "
+            "events) and slows every rank that waits for it",
+       fix="manual: check airflow, fans and inlet temperature (BMC); compare with other nodes")
+def check_temperature(facts: Facts, profile: Profile) -> Outcome:
+    limit = _expect(profile, "temperature_max_c")
+    if limit is None:
+        return skip("profile sets no gpu.temperature_max_c")
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    temps = {_name(g): g.get("temperature_c") for g in gpus}
+    known = {n: t for n, t in temps.items() if t is not None}
+    if not known:
+        return skip("GPU temperature not reported")
+    hot = {n: t for n, t in known.items() if t > limit}
+    if hot:
+        return Outcome(WARN, temps, f"<= {limit} C",
+                       "above the limit: " + _list([f"{n} {t} C" for n, t in hot.items()]),
+                       _evidence(facts))
+    return Outcome(PASS, temps, f"<= {limit} C",
+                   f"hottest GPU {max(known.values())} C <= {limit} C", _evidence(facts))
+
+
+# -- Xid events ------------------------------------------------------------------------------
+
+
+def xid_class(event: dict[str, Any]) -> str:
+    """The triage class of one kernel-log event (``"other"`` for an unlisted Xid)."""
+    if event.get("kind") == "fallen_off_bus":
+        return "fell_off_bus"
+    number = event.get("xid")
+    return next((name for name, ids in XID_CLASSES.items() if number in ids), "other")
+
+
+def _xid_summary(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{class: {"count", "xids", "bdfs"}}`` in class order."""
+    summary: dict[str, dict[str, Any]] = {}
+    for event in events:
+        entry = summary.setdefault(xid_class(event), {"count": 0, "xids": [], "bdfs": []})
+        entry["count"] += 1
+        if event.get("xid") is not None and event["xid"] not in entry["xids"]:
+            entry["xids"].append(event["xid"])
+        if event.get("bdf") and event["bdf"] not in entry["bdfs"]:
+            entry["bdfs"].append(event["bdf"])
+    order = [*XID_CLASSES, "other"]
+    return {name: summary[name] for name in order if name in summary}
+
+
+def _xid_line(name: str, entry: dict[str, Any]) -> str:
+    xids = "/".join(str(x) for x in entry["xids"]) or "-"
+    return f"{name} {entry['count']}x (Xid {xids}) on {_list(entry['bdfs'], 4)}"
+
+
+@check("gpu.xids", severity="high", title="No GPU Xid errors in the kernel log",
+       risk="Memory/ECC, NVLink, GSP, timeout Xids and a GPU fallen off the bus mean a faulty "
+            "or degraded GPU: jobs crash or hang and restart from a checkpoint; application "
+            "Xids (13/31/43/45) usually point at the job, not the node",
+       fix="manual: drain the node, look the Xid up in the NVIDIA Xid catalog, reset the GPU "
+           "or reboot (79: reboot; memory Xids: see gpu.remapped-rows), run dcgmi diag -r 3")
+def check_xids(facts: Facts, profile: Profile) -> Outcome:
+    _, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    events = _layer(facts).get("xids")
+    if events is None:
+        return skip(f"kernel log not readable{_error(facts, 'xids')}")
+    summary = _xid_summary(events)
+    expected = "no Xid other than application-induced (13, 31, 43, 45)"
+    evidence = _evidence(facts, "xids")
+    if not summary:
+        return Outcome(PASS, {}, expected, "no Xid in the kernel log", evidence)
+    detail = "; ".join(_xid_line(name, entry) for name, entry in summary.items())
+    if any(name not in XID_WARN_CLASSES for name in summary):
+        return Outcome(FAIL, summary, expected, detail, evidence)
+    return Outcome(WARN, summary, expected, detail, evidence)
+

@@ -1,0 +1,399 @@
+"""gpu- and vm-layer checks: the fixture hosts' verdicts, then one case per branch.
+
+Fixture cases gather the real facts of ``tests/fixtures/sysroots/<host>``; branch cases copy
+those facts and change one value (``_changed``), so every case starts from a real fact shape.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import pytest
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+from exemplar_tune.checks import CHECKS
+from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN, Outcome
+from exemplar_tune.checks.gpu import xid_class
+from exemplar_tune.checks.run import run_checks
+from exemplar_tune.profile import load_profile
+
+from .conftest import SYSROOTS
+
+GPU_IDS = ("gpu.count", "gpu.product", "gpu.persistence-mode", "gpu.ecc-uncorrectable",
+           "gpu.remapped-rows", "gpu.retired-pages-pending", "gpu.pcie-link",
+           "gpu.clock-events", "gpu.temperature", "gpu.xids")
+VM_IDS = ("vm.cmdqv", "vm.cmdqv-params", "vm.iommu-domain")
+BY_ID = {c.id: c for c in CHECKS}
+
+# (host, profile) -> the exact status of every gpu/vm check.
+FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
+    ("h100-x86", "h100-x86"): {
+        "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": FAIL,
+        "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": FAIL,
+        "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
+        "gpu.temperature": PASS, "gpu.xids": FAIL,
+        "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
+    },
+    ("healthy-h100", "h100-x86"): {
+        "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": PASS,
+        "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
+        "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
+        "gpu.temperature": PASS, "gpu.xids": PASS,
+        "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
+    },
+    ("gb200-grace-vm", "gb200-grace"): {
+        "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": PASS,
+        "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
+        "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
+        "gpu.temperature": PASS, "gpu.xids": PASS,
+        "vm.cmdqv": FAIL, "vm.cmdqv-params": SKIP, "vm.iommu-domain": SKIP,
+    },
+}
+
+
+@functools.cache
+def _facts(host: str) -> dict[str, Any]:
+    return gather_facts(Sysroot(str(SYSROOTS / host)), ["gpu", "vm"])
+
+
+@functools.cache
+def _profile(name: str) -> dict[str, Any]:
+    return load_profile(name)
+
+
+def _run(check_id: str, facts: dict[str, Any], profile: dict[str, Any]) -> Outcome:
+    return BY_ID[check_id].func(facts, profile)
+
+
+def _changed(host: str, *edits: tuple[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``host``'s facts with ``("gpu.gpus.3.pcie.width_current", 8)`` applied.
+
+    A path segment ``*`` sets the value in every element of a list.
+    """
+    facts = copy.deepcopy(_facts(host))
+    for path, value in edits:
+        _set(facts, path.split("."), value)
+    return facts
+
+
+def _set(node: Any, keys: list[str], value: Any) -> None:
+    head, rest = keys[0], keys[1:]
+    if head == "*":
+        for index in range(len(node)):
+            _set(node, [str(index), *rest], value)
+        return
+    key: Any = int(head) if isinstance(node, list) else head
+    if rest:
+        _set(node[key], rest, value)
+    else:
+        node[key] = value
+
+
+def _without(profile: str, section: str, key: str) -> dict[str, Any]:
+    data = copy.deepcopy(_profile(profile))
+    data.get(section, {}).pop(key, None)
+    return data
+
+
+def _with(profile: str, section: str, key: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(_profile(profile))
+    data.setdefault(section, {})[key] = value
+    return data
+
+
+# -- registry --------------------------------------------------------------------------------
+
+
+def test_every_check_is_registered_once_with_one_line_risk_and_fix():
+    for check_id in GPU_IDS + VM_IDS:
+        found = [c for c in CHECKS if c.id == check_id]
+        assert len(found) == 1, check_id
+        item = found[0]
+        assert item.layer == check_id.split(".")[0]
+        assert item.risk and "\n" not in item.risk and item.fix and "\n" not in item.fix
+    assert BY_ID["gpu.persistence-mode"].knob == "gpu.persistence_mode"
+    assert BY_ID["vm.cmdqv-params"].knob == "vm.cmdqv_params"
+    assert BY_ID["vm.iommu-domain"].knob == "vm.iommu_passthrough"
+    assert BY_ID["vm.cmdqv"].risk == ("SMMU invalidations trap to the VMM: MoE training "
+                                      "12-14 % slower, dense ~3 %")
+    assert "vm.cmdqv_params" in BY_ID["vm.cmdqv"].fix and "smmuv3" in BY_ID["vm.cmdqv"].fix
+
+
+# -- fixture hosts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "profile"), list(FIXTURE_STATUSES))
+def test_fixture_statuses(host: str, profile: str):
+    want = FIXTURE_STATUSES[(host, profile)]
+    results = run_checks(_facts(host), _profile(profile), layers=["gpu", "vm"])
+    have = {r.id: r.status for r in results if r.id in want}
+    assert have == want
+    for r in results:
+        assert r.detail and "\n" not in r.detail, r.id
+        if r.status != SKIP:
+            assert r.evidence, r.id
+
+
+def test_healthy_h100_has_no_gpu_or_vm_finding():
+    results = run_checks(_facts("healthy-h100"), _profile("h100-x86"), layers=["gpu", "vm"])
+    assert {r.status for r in results} <= {PASS, SKIP}
+
+
+def test_h100_x86_names_the_gpu_without_persistence():
+    have = _run("gpu.persistence-mode", _facts("h100-x86"), _profile("h100-x86"))
+    assert "00000000:C2:00.0" in have.detail and "1 of 8" in have.detail
+    assert have.observed["00000000:C2:00.0"] is False and have.expected is True
+    assert have.evidence == ("nvidia-smi -q -x",)
+
+
+def test_h100_x86_remap_pending_and_xid_classes():
+    remap = _run("gpu.remapped-rows", _facts("h100-x86"), _profile("h100-x86"))
+    assert "00000000:C2:00.0" in remap.detail and "reset GPU to activate" in remap.detail
+    xids = _run("gpu.xids", _facts("h100-x86"), _profile("h100-x86"))
+    assert xids.observed == {
+        "memory": {"count": 1, "xids": [63], "bdfs": ["00000000:C2:00.0"]},
+        "application": {"count": 1, "xids": [31], "bdfs": ["00000000:E0:00.0"]},
+    }
+    assert xids.evidence == ("dmesg",)
+
+
+def test_gb200_grace_vm_cmdqv_not_in_kernel():
+    have = _run("vm.cmdqv", _facts("gb200-grace-vm"), _profile("gb200-grace"))
+    assert have.status == FAIL
+    assert "not_in_kernel" in have.detail and ">= 6.12" in have.detail
+    assert "6.8.0-1017-nvidia-64k" in have.detail and "in a VM" in have.detail
+    assert "NVDA200C" in have.detail
+    assert have.observed["state"] == "not_in_kernel" and have.expected == "active"
+    assert have.evidence and "/boot/config-6.8.0-1017-nvidia-64k" in have.evidence[0]
+
+
+# -- branch cases: (check, host, profile, facts edits, want status, text in detail) ---------
+
+Edit = tuple[str, Any]
+G3 = "gpu.gpus.3"
+ALL = "gpu.gpus.*"
+BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]] = [
+    # gpu.count
+    ("gpu.count", "healthy-h100", "h100-x86", (("gpu.count", 7),), FAIL, "7 GPUs visible"),
+    ("gpu.count", "healthy-h100", "h100-x86", (("gpu.count", 9),), PASS, "expects 8"),
+    ("gpu.count", "healthy-h100", "h100-x86",
+     (("gpu.present", False), ("gpu.count", 0), ("gpu.reason", "nvidia-smi: not found")),
+     FAIL, "no GPU visible (nvidia-smi: not found)"),
+    ("gpu.count", "healthy-h100", "h100-x86",
+     (("gpu.present", None), ("gpu.count", None)), SKIP, "unknown"),
+    ("gpu.count", "healthy-h100", _without("h100-x86", "gpu", "count"), (), SKIP,
+     "profile sets no gpu.count"),
+    # gpu.product
+    ("gpu.product", "healthy-h100", "h100-x86",
+     ((f"{G3}.product_name", "NVIDIA A100-SXM4-80GB"),), FAIL, "00000000:C2:00.0 NVIDIA A100"),
+    ("gpu.product", "healthy-h100", _without("h100-x86", "gpu", "product_contains"), (), SKIP,
+     "profile sets no gpu.product_contains"),
+    ("gpu.product", "healthy-h100", "h100-x86", (("gpu.present", False),), SKIP, "no GPU"),
+    # gpu.persistence-mode
+    ("gpu.persistence-mode", "healthy-h100", "h100-x86", ((f"{G3}.persistence_mode", None),),
+     SKIP, "unknown on 00000000:C2:00.0"),
+    ("gpu.persistence-mode", "healthy-h100", "h100-x86",
+     (("gpu.present", False), ("gpu.gpus", [])), SKIP, "no GPU on this host"),
+    ("gpu.persistence-mode", "healthy-h100", "h100-x86",
+     (("gpu.present", None), ("gpu.gpus", None)), SKIP, "GPU inventory unknown"),
+    ("gpu.persistence-mode", "h100-x86", _without("h100-x86", "gpu", "persistence_mode"), (),
+     SKIP, "profile sets no gpu.persistence_mode"),
+    # gpu.ecc-uncorrectable
+    ("gpu.ecc-uncorrectable", "healthy-h100", "h100-x86",
+     ((f"{G3}.ecc.volatile.uncorrectable", 2), (f"{G3}.ecc.aggregate.uncorrectable", 2)),
+     FAIL, "00000000:C2:00.0: 2 volatile uncorrectable"),
+    ("gpu.ecc-uncorrectable", "healthy-h100", "h100-x86",
+     ((f"{G3}.ecc.aggregate.uncorrectable", 3),), WARN, "3 aggregate"),
+    ("gpu.ecc-uncorrectable", "healthy-h100", "h100-x86",
+     ((f"{G3}.ecc.sram_threshold_exceeded", True),), FAIL, "SRAM uncorrectable threshold"),
+    ("gpu.ecc-uncorrectable", "healthy-h100", "h100-x86",
+     ((f"{ALL}.ecc.volatile.uncorrectable", None), (f"{ALL}.ecc.aggregate.uncorrectable", None)),
+     SKIP, "not reported"),
+    # gpu.remapped-rows
+    ("gpu.remapped-rows", "healthy-h100", "h100-x86", ((f"{G3}.remapped_rows.failure", True),),
+     FAIL, "00000000:C2:00.0: row remapping failure: drain and RMA"),
+    ("gpu.remapped-rows", "healthy-h100", "h100-x86",
+     ((f"{G3}.remapped_rows.uncorrectable", 513),), FAIL, "513 uncorrectable remapped rows"),
+    ("gpu.remapped-rows", "healthy-h100", "h100-x86",
+     ((f"{ALL}.remapped_rows.pending", None), (f"{ALL}.remapped_rows.failure", None)),
+     SKIP, "remapped rows not reported"),
+    # gpu.retired-pages-pending
+    ("gpu.retired-pages-pending", "healthy-h100", "h100-x86",
+     ((f"{ALL}.retired_pages.pending", False), (f"{G3}.retired_pages.pending", True)),
+     FAIL, "pending on 00000000:C2:00.0"),
+    ("gpu.retired-pages-pending", "healthy-h100", "h100-x86",
+     ((f"{ALL}.retired_pages.pending", False),), PASS, "no page retirement pending"),
+    # gpu.pcie-link: width below max fails, gen below max alone warns
+    ("gpu.pcie-link", "healthy-h100", "h100-x86", ((f"{G3}.pcie.width_current", 8),), FAIL,
+     "00000000:C2:00.0: width x8 < max x16"),
+    ("gpu.pcie-link", "healthy-h100", "h100-x86", ((f"{G3}.pcie.gen_current", 3),), WARN,
+     "gen 3 < profile gen 5"),
+    ("gpu.pcie-link", "gb200-grace-vm", "gb200-grace", (("gpu.gpus.0.pcie.gen_current", 1),),
+     WARN, "gen 1 < max gen 5"),
+    ("gpu.pcie-link", "healthy-h100", "h100-x86",
+     ((f"{G3}.pcie.gen_current", 4), (f"{G3}.pcie.gen_max", 4)), FAIL, "max gen 4 < profile"),
+    ("gpu.pcie-link", "healthy-h100", "h100-x86",
+     ((f"{G3}.pcie.width_current", 8), (f"{G3}.pcie.width_max", 8)), FAIL,
+     "max width x8 < profile x16"),
+    ("gpu.pcie-link", "healthy-h100", _with("h100-x86", "gpu", "pcie_width_min", 32), (), FAIL,
+     "width x16 < profile x32"),
+    ("gpu.pcie-link", "healthy-h100", "h100-x86",
+     ((f"{ALL}.pcie.gen_current", None), (f"{ALL}.pcie.width_current", None)), SKIP,
+     "not reported"),
+    # gpu.clock-events
+    ("gpu.clock-events", "healthy-h100", "h100-x86",
+     ((f"{G3}.clocks_event_reasons_active", ["sw_power_cap"]),), WARN,
+     "00000000:C2:00.0: sw_power_cap"),
+    ("gpu.clock-events", "healthy-h100", "h100-x86",
+     ((f"{G3}.clocks_event_reasons_active", ["gpu_idle", "applications_clocks_setting"]),),
+     PASS, "no slowdown"),
+    ("gpu.clock-events", "healthy-h100", "h100-x86",
+     ((f"{ALL}.clocks_event_reasons_active", None),), SKIP, "not reported"),
+    # gpu.temperature
+    ("gpu.temperature", "healthy-h100", "h100-x86", ((f"{G3}.temperature_c", 91),), WARN,
+     "00000000:C2:00.0 91 C"),
+    ("gpu.temperature", "healthy-h100", "h100-x86", ((f"{ALL}.temperature_c", None),), SKIP,
+     "not reported"),
+    ("gpu.temperature", "healthy-h100", _without("h100-x86", "gpu", "temperature_max_c"), (),
+     SKIP, "profile sets no gpu.temperature_max_c"),
+    # gpu.xids
+    ("gpu.xids", "healthy-h100", "h100-x86", (("gpu.xids", None),), SKIP,
+     "kernel log not readable"),
+    ("gpu.xids", "healthy-h100", "h100-x86", (("gpu.present", False),), SKIP, "no GPU"),
+    # vm.cmdqv: the state and whether this is a VM decide
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.virtualized", False),), WARN,
+     "not_in_kernel (on bare metal)"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.virtualized", None),), WARN,
+     "virtualisation unknown"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.state", "active"),
+      ("vm.cmdqv.reasons", ["kernel log: found companion CMDQV device: NVDA200C:00"])),
+     PASS, "found companion CMDQV device"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.state", "fallback"),
+      ("vm.cmdqv.dmesg.fallback_lines",
+       ["tegra241_cmdqv: Falling back to standard SMMU CMDQ"])),
+     FAIL, "fallback (in a VM): the CMDQV driver fell back"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.state", "disabled_by_param"),), FAIL, "vm.cmdqv_params"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.cmdqv.state", "no_device"),), FAIL,
+     "host-side vSMMU with CMDQV needed"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.state", "no_device"), ("vm.virtualized", False)), WARN,
+     "update the system firmware"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.state", "unknown"), ("vm.cmdqv.reasons", ["kernel log unavailable"])), SKIP,
+     "kernel log unavailable"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace",
+     (("vm.iommu.groups_by_type", {"identity": 16}),), SKIP, "not applicable: every IOMMU"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.smmu_v3", False),), SKIP,
+     "not applicable: no SMMUv3"),
+    ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.arch", None),), SKIP, "unknown"),
+    ("vm.cmdqv", "h100-x86", "gb200-grace", (), SKIP, "not applicable: arch x86_64"),
+    ("vm.cmdqv", "gb200-grace-vm", "h100-x86", (), SKIP, "profile sets no vm.require_cmdqv"),
+    ("vm.cmdqv", "gb200-grace-vm", _with("gb200-grace", "vm", "require_cmdqv", False), (),
+     SKIP, "require_cmdqv is false"),
+    # vm.cmdqv-params
+    ("vm.cmdqv-params", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.params", {"disable_cmdqv": True, "bypass_vcmdq": False}),
+      ("vm.iommu.cmdline", {"arm_smmu_v3.disable_cmdqv": "1"})),
+     FAIL, "disable_cmdqv = Y (kernel command line: arm_smmu_v3.disable_cmdqv=1)"),
+    ("vm.cmdqv-params", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.params", {"disable_cmdqv": False, "bypass_vcmdq": True}),), FAIL,
+     "bypass_vcmdq = Y"),
+    ("vm.cmdqv-params", "gb200-grace-vm", "gb200-grace",
+     (("vm.cmdqv.params", {"disable_cmdqv": False, "bypass_vcmdq": False}),), PASS,
+     "disable_cmdqv=N"),
+    ("vm.cmdqv-params", "h100-x86", "gb200-grace", (), SKIP, "not applicable"),
+    # vm.iommu-domain
+    ("vm.iommu-domain", "healthy-h100", "h100-x86",
+     (("vm.iommu.groups_by_type", {"DMA": 2, "DMA-FQ": 1, "identity": 14}),), WARN,
+     "2 DMA, 1 DMA-FQ of 17 IOMMU groups are not identity (kernel command line: iommu=pt"),
+    ("vm.iommu-domain", "healthy-h100", "h100-x86",
+     (("vm.iommu.groups_by_type", {"identity": 15, "unmanaged": 2}),), PASS, "also 2 unmanaged"),
+    ("vm.iommu-domain", "gb200-grace-vm", _with("gb200-grace", "vm", "iommu_default_domain",
+                                                "identity"), (), WARN, "16 DMA of 16"),
+    ("vm.iommu-domain", "gb200-grace-vm", _with("gb200-grace", "vm", "iommu_default_domain",
+                                                "DMA"), (), PASS, "16 IOMMU groups DMA"),
+    ("vm.iommu-domain", "healthy-h100", "h100-x86", (("vm.iommu.groups_by_type", None),), SKIP,
+     "IOMMU groups unknown"),
+    ("vm.iommu-domain", "healthy-h100", "h100-x86", (("vm.iommu", None),), SKIP,
+     "IOMMU groups unknown"),
+    ("vm.iommu-domain", "healthy-h100", "h100-x86", (("vm.iommu.groups_by_type", {}),), SKIP,
+     "no IOMMU group"),
+]
+
+
+@pytest.mark.parametrize(("check_id", "host", "profile", "edits", "want", "text"), BRANCHES,
+                         ids=[f"{b[0]}-{b[4]}-{i}" for i, b in enumerate(BRANCHES)])
+def test_branch(check_id: str, host: str, profile: str | dict[str, Any],
+                edits: tuple[Edit, ...], want: str, text: str):
+    prof = _profile(profile) if isinstance(profile, str) else profile
+    have = _run(check_id, _changed(host, *edits), prof)
+    assert (have.status, text in have.detail) == (want, True), have.detail
+    assert "\n" not in have.detail
+
+
+@pytest.mark.parametrize("reason", ["hw_slowdown", "hw_thermal_slowdown",
+                                    "hw_power_brake_slowdown", "sw_thermal_slowdown"])
+def test_clock_event_slowdowns_fail(reason: str):
+    facts = _changed("healthy-h100", (f"{G3}.clocks_event_reasons_active", ["gpu_idle", reason]))
+    have = _run("gpu.clock-events", facts, _profile("h100-x86"))
+    assert have.status == FAIL
+    assert have.observed == {"00000000:C2:00.0": [reason]}
+
+
+# -- Xid classes -----------------------------------------------------------------------------
+
+
+def _xid(number: int | None, bdf: str = "00000000:C2:00.0", kind: str = "xid") -> dict:
+    return {"kind": kind, "bdf": bdf, "xid": number, "pid": None, "process": None,
+            "text": "", "line": f"NVRM: Xid (PCI:0000:c2:00): {number}, ..."}
+
+
+XID_CASES = [
+    (48, "memory", FAIL), (63, "memory", FAIL), (64, "memory", FAIL), (92, "memory", FAIL),
+    (94, "memory", FAIL), (95, "memory", FAIL), (79, "fell_off_bus", FAIL),
+    (74, "nvlink", FAIL), (119, "gsp", FAIL), (120, "gsp", FAIL), (109, "timeout", FAIL),
+    (13, "application", WARN), (31, "application", WARN), (43, "application", WARN),
+    (45, "application", WARN), (8, "other", WARN),
+]
+
+
+@pytest.mark.parametrize(("number", "klass", "want"), XID_CASES)
+def test_xid_class_and_status(number: int, klass: str, want: str):
+    assert xid_class(_xid(number)) == klass
+    facts = _changed("healthy-h100", ("gpu.xids", [_xid(number), _xid(number)]))
+    have = _run("gpu.xids", facts, _profile("h100-x86"))
+    assert have.status == want
+    assert have.observed == {klass: {"count": 2, "xids": [number], "bdfs": ["00000000:C2:00.0"]}}
+    assert f"Xid {number}" in have.detail and "00000000:C2:00.0" in have.detail
+
+
+def test_fallen_off_bus_event_is_its_own_class_and_fails():
+    event = _xid(None, "00000000:EA:00.0", kind="fallen_off_bus")
+    assert xid_class(event) == "fell_off_bus"
+    facts = _changed("healthy-h100", ("gpu.xids", [event, _xid(79, "00000000:EA:00.0"),
+                                                    _xid(13, "00000000:A4:00.0")]))
+    have = _run("gpu.xids", facts, _profile("h100-x86"))
+    assert have.status == FAIL
+    assert have.observed == {
+        "fell_off_bus": {"count": 2, "xids": [79], "bdfs": ["00000000:EA:00.0"]},
+        "application": {"count": 1, "xids": [13], "bdfs": ["00000000:A4:00.0"]},
+    }
+
+
+def test_check_on_missing_layer_skips_instead_of_raising():
+    for check_id in GPU_IDS + VM_IDS:
+        assert _run(check_id, {}, _profile("gb200-grace")).status == SKIP, check_id
+
+
+def test_no_gpu_skips_every_gpu_check_but_count():
+    facts = _changed("healthy-h100", ("gpu.present", False), ("gpu.count", 0),
+                     ("gpu.gpus", []), ("gpu.xids", []), ("gpu.reason", "no GPU listed"))
+    statuses = {cid: _run(cid, facts, _profile("h100-x86")).status for cid in GPU_IDS}
+    assert statuses.pop("gpu.count") == FAIL
+    assert set(statuses.values()) == {SKIP}
