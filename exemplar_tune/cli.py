@@ -23,8 +23,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
-from exemplar_tune.facts import facts_from_hosts, facts_from_sysroot
+from exemplar_tune.facts import collect_facts
+from exemplar_tune.preflight import exit_status, preflight_hosts
+from exemplar_tune.probe import probe_container
+from exemplar_tune.profile import load_profile, shipped_profiles
 from exemplar_tune.render import facts_table
+from exemplar_tune.report import html_report, markdown, table, use_colour
 from exemplar_tune.snapshot import take_snapshot
 
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
@@ -52,6 +56,22 @@ and /dev/cpu_dma_latency.
 """
 
 
+PREFLIGHT_EPILOG = """examples:
+  exemplar-tune preflight                               this host, profile chosen by its arch
+  exemplar-tune preflight --profile gb200-grace --stop-at-first-failing-layer
+  exemplar-tune preflight --sysroot node07.tar.gz --format html --output node07.html
+  exemplar-tune preflight -i hosts.yml --format json --output fleet.json
+  exemplar-tune preflight --launcher "enroot start --rw pytorch"   check inside the container
+
+Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
+(pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
+risk and the fix (the role knob, or the manual BIOS/hypervisor action). With several hosts the
+table groups hosts by failing check; --details adds every host's checks.
+
+exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 usage/input error.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -64,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_facts(sub)
+    _add_preflight(sub)
     _add_snapshot(sub)
     return parser
 
@@ -80,6 +101,33 @@ def _add_facts(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--sources", action="store_true",
                      help="table format: also show where each fact came from")
     cmd.set_defaults(func=cmd_facts)
+
+
+def _add_preflight(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("preflight", help="check every layer against a profile",
+                         description="Run the ordered preflight: GPU health, Grace/VM "
+                         "readiness, CPU power and placement, runtime topology, fabric, "
+                         "workload.", epilog=PREFLIGHT_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_target_options(cmd)
+    cmd.add_argument("--profile", default="auto", metavar="NAME|FILE",
+                     help=f"expectations: {', '.join(shipped_profiles())}, a YAML file, or "
+                     "'auto' (gb200-grace on aarch64, else h100-x86; the default)")
+    cmd.add_argument("--layer", action="append", metavar="LAYER",
+                     help=f"only this layer's checks (repeatable): {', '.join(LAYER_NAMES)}")
+    cmd.add_argument("--stop-at-first-failing-layer", action="store_true",
+                     help="strict gate: do not evaluate layers after the first failing one")
+    cmd.add_argument("--launcher", metavar="CMD",
+                     help="also probe inside the job container started by CMD (e.g. "
+                     "'srun -N1 --container-image=IMG', 'enroot start IMG', 'docker run IMG')")
+    cmd.add_argument("--results", type=Path, metavar="FILE.json",
+                     help='benchmark results for the workload layer: {"SHAPE": {"value": N, '
+                     '"unit": "s/step"}}')
+    cmd.add_argument("--format", choices=("table", "json", "markdown", "html"), default="table")
+    cmd.add_argument("--output", type=Path, metavar="FILE", help="write the report to FILE")
+    cmd.add_argument("--details", action="store_true",
+                     help="fleet table: also list every host's checks")
+    cmd.set_defaults(func=cmd_preflight)
 
 
 def _add_snapshot(sub: argparse._SubParsersAction) -> None:
@@ -104,22 +152,21 @@ def _add_target_options(cmd: argparse.ArgumentParser) -> None:
                      help="give up on the whole Ansible run after this long (default 600)")
 
 
-def cmd_facts(args: argparse.Namespace) -> int:
-    """``exemplar-tune facts``."""
-    for name in args.layer or []:
+def _check_layers(names: list[str] | None) -> None:
+    for name in names or []:
         if name not in LAYER_NAMES:
             raise UnknownLayer(f"unknown layer {name!r}; choose from {', '.join(LAYER_NAMES)}")
-    if args.sysroot:
-        facts = facts_from_sysroot(args.sysroot, args.layer)
-        print(json.dumps(facts, indent=2) if args.format == "json" else facts_table(
-            facts, args.sources))
-        return EXIT_OK
-    run = AnsibleRun(args.inventory or local_inventory(), limit=args.limit, forks=args.forks,
-                     timeout=args.timeout)
-    hosts, outcome = facts_from_hosts(run, args.layer)
-    missing = {h: r.message for h, r in outcome.hosts.items() if h not in hosts}
-    if not hosts and not missing:
-        raise UserError(f"no host matched (ansible-runner status {outcome.status})")
+
+
+def _runner(args: argparse.Namespace) -> AnsibleRun:
+    return AnsibleRun(args.inventory or local_inventory(), limit=args.limit, forks=args.forks,
+                      timeout=args.timeout)
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    """``exemplar-tune facts``."""
+    _check_layers(args.layer)
+    hosts, missing = collect_facts(args.sysroot, _runner(args), args.layer)
     if args.format == "json":
         single = args.inventory is None and len(hosts) == 1 and not missing
         doc = next(iter(hosts.values())) if single else {"hosts": hosts, "unreachable": missing}
@@ -130,6 +177,57 @@ def cmd_facts(args: argparse.Namespace) -> int:
         for host, reason in missing.items():
             print(f"### {host}: NOT GATHERED: {reason}")
     return EXIT_FINDINGS if missing else EXIT_OK
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """``exemplar-tune preflight``."""
+    _check_layers(args.layer)
+    hosts, missing = collect_facts(args.sysroot, _runner(args), None)
+    profile = load_profile(_profile_name(args.profile, hosts))
+    extras = {"container": probe_container(args.launcher) if args.launcher else None,
+              "results": _read_results(args.results) if args.results else None}
+    for facts in hosts.values():
+        if extras["container"] is not None:
+            facts["runtime"]["container"] = extras["container"]
+        if extras["results"] is not None:
+            facts["workload"]["results"] = extras["results"]
+    doc = preflight_hosts(hosts, profile, args.layer, args.stop_at_first_failing_layer, missing)
+    _emit(doc, args)
+    return exit_status(doc)
+
+
+def _profile_name(requested: str, hosts: dict) -> str:
+    if requested != "auto":
+        return requested
+    arches = {(facts.get("vm") or {}).get("arch") for facts in hosts.values()}
+    return "gb200-grace" if "aarch64" in arches else "h100-x86"
+
+
+def _read_results(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"results {path}: cannot read it: {exc}") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("value"), (int, float))
+            for v in data.values()):
+        raise UserError(f'results {path}: expected {{"SHAPE": {{"value": N, "unit": "..."}}}}')
+    return data
+
+
+def _emit(doc: dict, args: argparse.Namespace) -> None:
+    stream_colour = args.output is None and use_colour()
+    text = {"json": lambda: json.dumps(doc, indent=2), "markdown": lambda: markdown(doc),
+            "html": lambda: html_report(doc),
+            "table": lambda: table(doc, stream_colour, args.details)}[args.format]()
+    if args.output is None:
+        print(text)
+        return
+    try:
+        args.output.write_text(text + ("" if text.endswith("\n") else "\n"))
+    except OSError as exc:
+        raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output}")
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
@@ -12,6 +13,23 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 from exemplar_tune.ansible_run import AnsibleRun, RunOutcome
 from exemplar_tune.bundle import open_sysroot
+from exemplar_tune.errors import UserError
+
+
+def collect_facts(sysroot: str | None, run: AnsibleRun, layers: list[str] | None
+                  ) -> tuple[dict[str, dict], dict[str, str]]:
+    """``({host: {layer: facts}}, {unreachable host: reason})`` for a sysroot or an inventory.
+
+    A sysroot is one host, named after the directory or archive.
+    """
+    if sysroot:
+        name = os.path.basename(os.path.normpath(sysroot)).split(".tar")[0].removesuffix(".tgz")
+        return {name: facts_from_sysroot(sysroot, layers)}, {}
+    hosts, outcome = facts_from_hosts(run, layers)
+    missing = {h: r.message for h, r in outcome.hosts.items() if h not in hosts}
+    if not hosts and not missing:
+        raise UserError(f"no host matched (ansible-runner status {outcome.status})")
+    return hosts, missing
 
 
 def facts_from_sysroot(path: str, layers: list[str] | None) -> dict[str, Any]:
@@ -27,7 +45,10 @@ def facts_from_hosts(run: AnsibleRun, layers: list[str] | None) -> tuple[dict, R
     the first mapping and reported in ``outcome.hosts``.
     """
     names = [layer.name for layer in select_layers(layers)]
-    outcome = run.module("exemplar.tune.facts", {"layers": names})
+    # A host whose inventory sets exemplar_sysroot is read inside that tree (simulated hosts,
+    # captured bundles laid out on a host); the others are read live.
+    outcome = run.module("exemplar.tune.facts", {
+        "layers": names, "sysroot": "{{ exemplar_sysroot | default('/') }}"})
     facts = {}
     for host, result in outcome.hosts.items():
         for task in result.tasks:

@@ -1,3 +1,114 @@
-"""fabric-layer checks."""
+"""fabric-layer checks: RDMA ports up at the expected rate, and the NCCL settings jobs inherit."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from exemplar_tune.checks.base import FAIL, PASS, WARN, Facts, Outcome, Profile, check, skip, source
+
+ACTIVE, LINK_UP = "ACTIVE", "LinkUp"
+PORT_KEYS = ("ports_min", "rate_gbps_min", "link_layer")
+
+
+def _port_label(device: dict[str, Any], port: dict[str, Any]) -> str:
+    state = (port.get("state") or {}).get("name")
+    phys = (port.get("phys_state") or {}).get("name")
+    return (f"{device.get('name')}/{port.get('port')} {state}/{phys} "
+            f"{port.get('rate_gbps')} Gb/s {port.get('link_layer')}")
+
+
+def _port_problems(device: dict[str, Any], port: dict[str, Any],
+                   expected: dict[str, Any]) -> list[str]:
+    name = f"{device.get('name')}/{port.get('port')}"
+    state = (port.get("state") or {}).get("name")
+    phys = (port.get("phys_state") or {}).get("name")
+    problems = []
+    if state != ACTIVE or phys != LINK_UP:
+        problems.append(f"{name} is {state}/{phys}, not {ACTIVE}/{LINK_UP}")
+    rate_min = expected.get("rate_gbps_min")
+    rate = port.get("rate_gbps")
+    if rate_min is not None and (rate is None or rate < rate_min):
+        problems.append(f"{name} runs at {rate} Gb/s, below {rate_min:g}")
+    layer = expected.get("link_layer")
+    if layer and port.get("link_layer") != layer:
+        problems.append(f"{name} link layer {port.get('link_layer')}, expected {layer}")
+    return problems
+
+
+@check("fabric.ports", severity="high",
+       title="Enough RDMA ports ACTIVE/LinkUp at the expected rate and link layer",
+       risk="a down or slow rail caps every collective that crosses it; NCCL keeps running "
+            "on the remaining rails",
+       fix="reseat or replace the cable/transceiver, check the switch port and the subnet "
+           "manager; a rate below spec is negotiated down (ibstat, mlxlink)")
+def check_ports(facts: Facts, profile: Profile) -> Outcome:
+    """Every port ACTIVE/LinkUp, at least ``ports_min`` of them, rate and link layer as set."""
+    expected = {k: v for k, v in (profile.get("fabric") or {}).items() if k in PORT_KEYS}
+    if not expected:
+        return skip("profile sets no fabric.ports_min, rate_gbps_min or link_layer")
+    devices = (facts.get("fabric") or {}).get("ib_devices")
+    if devices is None:
+        return skip("RDMA devices unknown (/sys/class/infiniband not read)")
+    evidence = source(facts, "fabric", "ib_devices")
+    ports = [(d, p) for d in devices for p in d.get("ports") or []]
+    problems = [text for d, p in ports for text in _port_problems(d, p, expected)]
+    active = sum(1 for _, p in ports if (p.get("state") or {}).get("name") == ACTIVE
+                 and (p.get("phys_state") or {}).get("name") == LINK_UP)
+    if active < expected.get("ports_min", 0):
+        problems.insert(0, f"{active} active ports, profile wants at least "
+                           f"{expected['ports_min']}")
+    observed = {"active_ports": active, "ports": [_port_label(d, p) for d, p in ports]}
+    if problems:
+        return Outcome(FAIL, observed, expected, "; ".join(problems), evidence)
+    return Outcome(PASS, observed, expected,
+                   f"{active} ports {ACTIVE}/{LINK_UP} as the profile expects", evidence)
+
+
+@check("fabric.nccl-settings", severity="medium",
+       title="The NCCL_* settings jobs inherit match the profile's tuned values",
+       risk="NCCL defaults or stale values can cost bus bandwidth on this fabric",
+       fix="tune by sweep: measure the candidate values with nccl-tests on this fabric and "
+           "set the winner (fabric.nccl_conf); never copy values blindly",
+       knob="fabric.nccl_conf")
+def check_nccl_settings(facts: Facts, profile: Profile) -> Outcome:
+    """Each profile ``fabric.nccl`` key against the effective setting (env > files)."""
+    wanted = (profile.get("fabric") or {}).get("nccl")
+    if not wanted:
+        return skip("profile sets no fabric.nccl")
+    settings = (facts.get("fabric") or {}).get("nccl_settings")
+    if settings is None:
+        return skip("fabric facts lack nccl_settings")
+    evidence = source(facts, "fabric", "nccl_settings")
+    observed = {key: (settings.get(key) or {}).get("value") for key in wanted}
+    differing = [f"{key}={_shown(observed[key], settings.get(key))} (profile {value})"
+                 for key, value in wanted.items() if observed[key] != value]
+    if differing:
+        return Outcome(WARN, observed, dict(wanted),
+                       f"tune by sweep: {'; '.join(differing)}", evidence)
+    return Outcome(PASS, observed, dict(wanted), "every profile NCCL setting is in effect",
+                   evidence)
+
+
+def _shown(value: str | None, setting: dict[str, str] | None) -> str:
+    return f"{value} from {setting['source']}" if setting else "unset (NCCL default)"
+
+
+@check("fabric.nccl-suspicious-keys", severity="medium",
+       title="No NCCL config lines whose key has stray whitespace",
+       risk="NCCL does not trim keys: 'NCCL_IB_HCA = mlx5' defines a different variable and the "
+            "intended setting is silently ignored",
+       fix="remove the spaces around '=' in the NCCL config file (fabric.nccl_conf)",
+       knob="fabric.nccl_conf")
+def check_nccl_suspicious_keys(facts: Facts, profile: Profile) -> Outcome:
+    """Config lines NCCL reads under a different name than the author meant."""
+    del profile  # not an expectation: a key with spaces is never what anyone meant
+    found = (facts.get("fabric") or {}).get("nccl_suspicious_keys")
+    if found is None:
+        return skip("fabric facts lack nccl_suspicious_keys")
+    evidence = source(facts, "fabric", "nccl_suspicious_keys")
+    observed = [f"{k['path']}:{k['line']} {k['key']!r}" for k in found]
+    if found:
+        meant = ", ".join(f"{k['path']}:{k['line']} {k['key']!r} (meant {k['meant']})"
+                          for k in found)
+        return Outcome(WARN, observed, [], f"keys NCCL will not recognise: {meant}", evidence)
+    return Outcome(PASS, observed, [], "no NCCL config key has stray whitespace", evidence)

@@ -1,0 +1,77 @@
+"""``exemplar-tune diagnose FILE...``: findings from captured signals, one analyzer per format.
+
+The format is recognised from the content, never the file name: turbostat, numastat, perf
+report/top, training step-time logs, nccl-tests results and NCCL debug logs. Each finding names
+a layer and a check id, so a file's findings line up with the preflight checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from exemplar_tune.diagnose import nccl_log, nccl_tests, numastat, perf, steptime, turbostat
+from exemplar_tune.diagnose.base import (
+    KINDS_TEXT,
+    Analyzer,
+    DiagnoseError,
+    Finding,
+    Report,
+)
+from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
+
+__all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
+           "detect", "diagnose_paths", "diagnose_text"]
+
+# Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
+# and a plain column of numbers (step times) is the least specific format of all.
+ANALYZERS: tuple[Analyzer, ...] = (
+    turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER,
+    steptime.ANALYZER, nccl_log.ANALYZER,
+)
+
+
+def _is_text(text: str) -> bool:
+    """False for binary content: NUL bytes, or many undecodable or control characters."""
+    if "\x00" in text:
+        return False
+    odd = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\f"))
+    return odd <= len(text) // 100
+
+
+def detect(text: str) -> Analyzer | None:
+    """The analyzer for this content, or ``None`` when no format matches."""
+    if not text.strip() or not _is_text(text):
+        return None
+    return next((a for a in ANALYZERS if a.sniff(text)), None)
+
+
+def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = None) -> Report:
+    """Detect the format of ``text`` and analyse it; ``DiagnoseError`` when that cannot be done.
+
+    ``expectations`` is optional and per format: nccl-tests take ``{size_bytes: busbw}`` (or
+    ``{"busbw": {...}}``), turbostat ``turbo_mhz`` and ``busy_pct``, step-time logs
+    ``warmup_steps``.
+    """
+    analyzer = detect(text)
+    if analyzer is None:
+        raise DiagnoseError(f"{source}: not a recognised format ({KINDS_TEXT})")
+    try:
+        return analyzer.analyze(text, source, dict(expectations or {}))
+    except DiagnoseError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
+        why = " ".join(str(exc).split())
+        raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
+
+
+def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None) -> list[Report]:
+    """Read and diagnose each file in order; the first unreadable or unknown one raises."""
+    reports = []
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise DiagnoseError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        reports.append(diagnose_text(data.decode("utf-8", errors="replace"), path, expectations))
+    return reports

@@ -1,0 +1,107 @@
+"""What a diagnosis returns: findings on one captured file, and the error for unusable input.
+
+A :class:`Finding` names the layer and the check it bears on (the same ``<layer>.<name>`` ids
+the preflight checks use), a status, a one-line message, the evidence (file and line numbers,
+and the column when the value came from a table) and the numbers behind it. A :class:`Report`
+is one file: its kind, a summary of what was parsed and its findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
+STATUSES = (PASS, WARN, FAIL, INFO)
+KINDS_TEXT = "turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log"
+
+
+class DiagnoseError(ValueError):
+    """A file that cannot be diagnosed (unreadable, empty, binary, unknown format); one line."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judgement on a captured file, tied to a layer and a check id."""
+
+    layer: str
+    check_id: str
+    status: str
+    message: str
+    evidence: tuple[str, ...] = ()
+    values: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYER_NAMES or not self.check_id.startswith(f"{self.layer}."):
+            raise ValueError(f"finding {self.check_id}: bad layer {self.layer!r}")
+        if self.status not in STATUSES:
+            raise ValueError(f"finding {self.check_id}: bad status {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "check_id": self.check_id, "status": self.status,
+                "message": self.message, "evidence": list(self.evidence),
+                "values": dict(self.values)}
+
+
+@dataclass(frozen=True)
+class Report:
+    """The diagnosis of one file."""
+
+    source: str
+    kind: str
+    summary: dict[str, Any]
+    findings: list[Finding]
+
+    @property
+    def status(self) -> str:
+        """``fail`` or ``warn`` when any finding is, else ``pass`` (``info`` never lowers it)."""
+        seen = {f.status for f in self.findings}
+        return next((s for s in (FAIL, WARN) if s in seen), PASS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "kind": self.kind, "status": self.status,
+                "summary": self.summary, "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    """One input format: its kind, a content sniffer and the analysis."""
+
+    kind: str
+    sniff: Callable[[str], bool]
+    analyze: Callable[[str, str, dict[str, Any]], Report]
+
+
+def finding(check_id: str, status: str, message: str, evidence: Iterable[str] = (),
+            **values: Any) -> Finding:
+    """A :class:`Finding` whose layer is the check id's prefix."""
+    return Finding(check_id.split(".", 1)[0], check_id, status, message, tuple(evidence), values)
+
+
+def cite(source: str, lines: Iterable[int], column: str | None = None, limit: int = 6) -> str:
+    """``source:3-5,9 [column]``: line numbers (1-based) folded into ranges, at most ``limit``."""
+    ranges: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
+    text = f"{source}:{','.join(parts)}" + (",..." if len(ranges) > limit else "")
+    return f"{text} [{column}]" if column else text
+
+
+def to_float(token: str) -> float | None:
+    """A number, or ``None`` for ``-``, ``N/A`` and anything else that is not one."""
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def numbered(text: str) -> list[tuple[int, str]]:
+    """``(line_number, line)`` for every line, numbered from 1."""
+    return list(enumerate(text.splitlines(), start=1))

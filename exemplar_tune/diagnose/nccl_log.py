@@ -1,0 +1,116 @@
+"""NCCL debug logs (``NCCL_DEBUG=INFO``): which topology file NCCL used, and CPU affinity.
+
+Lines look like ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>`` (platform-facts §5.5,
+``NVIDIA/nccl:src/graph/topo.cc`` and ``xml.cc``). ``NCCL_TOPO_FILE set by environment to X``
+says it was set; ``Could not open XML topology file X : reason`` says it was set but not
+readable where NCCL ran (typically not mounted into the container) and NCCL fell back to
+auto-detection; ``XML Topology has wrong version`` and ``XML Parse`` warnings mean the file
+was found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with GRAPH;
+``NET/OFI Adding NCCL_TOPO_FILE=X to environment`` is the aws-ofi-nccl plugin setting it.
+``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from exemplar_tune.diagnose.base import (
+    FAIL,
+    INFO,
+    PASS,
+    Analyzer,
+    DiagnoseError,
+    Finding,
+    Report,
+    cite,
+    finding,
+    numbered,
+)
+
+KIND = "nccl-log"
+CHECK_TOPO = "runtime.topo-in-container"
+CHECK_AFFINITY = "cpu.job-cpus-gpu-local"
+_PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
+_EVENTS = (  # (event, pattern); the first group is the path or value
+    ("set", re.compile(r"NCCL_TOPO_FILE set by environment to (\S+)")),
+    ("loading", re.compile(r"Loading topology file (\S+)")),
+    ("cannot_open", re.compile(r"Could not open XML topology file (\S+)\s*:\s*(.*)$")),
+    ("wrong_version", re.compile(r"XML Topology has wrong version (\d+)")),
+    ("parse_error", re.compile(r"NCCL WARN XML Parse\s*:?\s*(.*)$")),
+    ("plugin_set", re.compile(r"NET/OFI Adding NCCL_TOPO_FILE=(\S+) to environment")),
+    ("dump", re.compile(r"NCCL_TOPO_DUMP_FILE set by environment to (\S+)")),
+)
+_AFFINITY = re.compile(r"Setting affinity for GPU (\d+) to (\S+)")
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+_NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN)\b|^NCCL version \d")
+_BROKEN = ("cannot_open", "wrong_version", "parse_error")
+
+
+def sniff(text: str) -> bool:
+    return any(_NCCL_LINE.search(line) for line in text.splitlines())
+
+
+def parse_log(text: str) -> dict[str, Any]:
+    """Topology events ``[(event, line, groups)]``, affinity per host/GPU, version, counts."""
+    out: dict[str, Any] = {"events": [], "affinity": {}, "version": None, "lines": 0, "warn": 0}
+    for n, line in numbered(text):
+        if not _NCCL_LINE.search(line):
+            continue
+        out["lines"] += 1
+        out["warn"] += " NCCL WARN " in line
+        prefix = _PREFIX.match(line)
+        host = prefix.group("host") if prefix else "?"
+        if (m := _VERSION.search(line)) and not out["version"]:
+            out["version"] = m.group(1).rstrip(".")
+        if m := _AFFINITY.search(line):
+            out["affinity"][f"{host} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
+        for event, rx in _EVENTS:
+            if m := rx.search(line):
+                out["events"].append((event, n, m.groups()))
+    return out
+
+
+def judge_topology(source: str, events: list[tuple[str, int, tuple]]) -> Finding:
+    broken = [e for e in events if e[0] in _BROKEN]
+    paths = sorted({g[0] for e, _, g in events if e in ("set", "loading", "plugin_set",
+                                                         "cannot_open")})
+    if broken:
+        event, line, groups = broken[0]
+        why = {"cannot_open": f"could not open {groups[0]} ({groups[-1].strip()}); NCCL fell "
+                              "back to auto-detection (file not mounted in the container?)",
+               "wrong_version": f"topology XML has wrong version {groups[0]}; NCCL rejects it",
+               "parse_error": "topology XML did not parse; NCCL init fails"}[event]
+        return finding(CHECK_TOPO, FAIL, f"NCCL_TOPO_FILE not used: {why}",
+                       [cite(source, [n for _, n, _ in broken])],
+                       topo_files=paths, problems=sorted({e for e, _, _ in broken}))
+    if paths:
+        return finding(CHECK_TOPO, PASS, f"NCCL read topology file {', '.join(paths)}",
+                       [cite(source, [n for _, n, _ in events])], topo_files=paths)
+    return finding(CHECK_TOPO, INFO, "no NCCL_TOPO_FILE lines: NCCL auto-detected the topology "
+                   "(or the log lacks ENV/GRAPH subsystems)")
+
+
+def judge_affinity(source: str, affinity: dict[str, dict[str, Any]]) -> Finding:
+    if not affinity:
+        return finding(CHECK_AFFINITY, INFO, "no 'Setting affinity for GPU' lines in the log")
+    shown = "; ".join(f"{k}: {v['cpus']}" for k, v in sorted(affinity.items()))
+    return finding(CHECK_AFFINITY, INFO, f"NCCL CPU affinity: {shown}",
+                   [cite(source, [v["line"] for v in affinity.values()])],
+                   affinity={k: v["cpus"] for k, v in affinity.items()})
+
+
+def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
+    log = parse_log(text)
+    if not log["lines"]:
+        raise DiagnoseError(f"{source}: no NCCL log lines")
+    findings = [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
+    summary = {"nccl_version": log["version"], "nccl_lines": log["lines"],
+               "warnings": log["warn"],
+               "topology_events": [{"event": e, "line": n, "value": g[0]}
+                                   for e, n, g in log["events"]],
+               "affinity": {k: v["cpus"] for k, v in log["affinity"].items()}}
+    return Report(source, KIND, summary, findings)
+
+
+ANALYZER = Analyzer(KIND, sniff, analyze)

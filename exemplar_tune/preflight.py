@@ -1,0 +1,68 @@
+"""``exemplar-tune preflight``: facts -> checks, host by host, in layer order.
+
+The result is one document (see ``schemas/preflight-result.schema.json``): per host the
+check results, the hosts that could not be reached, and the fleet view that groups hosts by
+failing check ("cpu.deep-cstates-disabled: 112/128 hosts").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+from exemplar_tune import __version__
+from exemplar_tune.checks.base import FAIL, STATUSES, WARN
+from exemplar_tune.checks.run import CheckResult, run_checks
+
+Facts = dict[str, dict[str, Any]]
+
+
+def preflight_hosts(facts_by_host: dict[str, Facts], profile: dict[str, Any],
+                    layers: list[str] | None, stop_at_first_failing_layer: bool,
+                    unreachable: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run the checks on every host's facts and assemble the result document."""
+    hosts = {}
+    for host, facts in sorted(facts_by_host.items()):
+        results = run_checks(facts, profile, layers, stop_at_first_failing_layer)
+        hosts[host] = {"status": worst(r.status for r in results),
+                       "results": [r.to_dict() for r in results]}
+    return {
+        "tool": "exemplar-tune", "version": __version__, "profile": profile["name"],
+        "layers": layers or None, "hosts": hosts, "unreachable": dict(unreachable or {}),
+        "summary": dict(Counter(r["status"] for h in hosts.values() for r in h["results"])),
+        "groups": group_by_check(hosts),
+    }
+
+
+def worst(statuses: Any) -> str:
+    """The worst of the given statuses (``pass`` when there are none)."""
+    seen = set(statuses)
+    return next((s for s in STATUSES if s in seen and s in (FAIL, WARN)), "pass")
+
+
+def group_by_check(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failing and warning checks across hosts, in layer order, worst first in a layer."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for host, data in hosts.items():
+        for result in data["results"]:
+            if result["status"] in (FAIL, WARN):
+                key = (result["id"], result["status"])
+                group = groups.setdefault(key, {
+                    "id": result["id"], "layer": result["layer"], "status": result["status"],
+                    "title": result["title"], "fix": result["fix"], "hosts": []})
+                group["hosts"].append(host)
+    total = len(hosts)
+    ordered = sorted(groups.values(), key=lambda g: (LAYER_NAMES.index(g["layer"]),
+                                                     STATUSES.index(g["status"])))
+    return [dict(g, count=len(g["hosts"]), total=total) for g in ordered]
+
+
+def exit_status(document: dict[str, Any]) -> int:
+    """1 when any check failed or a host was unreachable, else 0."""
+    failed = any(h["status"] == FAIL for h in document["hosts"].values())
+    return 1 if failed or document["unreachable"] else 0
+
+
+__all__ = ["CheckResult", "exit_status", "preflight_hosts"]
