@@ -22,6 +22,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 
 from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.diagnose import DiagnoseError, compare_nccl_tests, diagnose_paths
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.preflight import exit_status, preflight_hosts
@@ -72,6 +73,18 @@ exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 us
 """
 
 
+DIAGNOSE_EPILOG = """examples:
+  exemplar-tune diagnose turbostat.txt numastat.txt perf-report.txt
+  exemplar-tune diagnose megatron.log --format json
+  exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
+
+Recognised from the content: turbostat, numastat (default and -p), perf report/top,
+step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs.
+Every finding names the layer and the preflight check it bears on.
+exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -85,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_facts(sub)
     _add_preflight(sub)
+    _add_diagnose(sub)
     _add_snapshot(sub)
     return parser
 
@@ -128,6 +142,18 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--details", action="store_true",
                      help="fleet table: also list every host's checks")
     cmd.set_defaults(func=cmd_preflight)
+
+
+def _add_diagnose(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("diagnose", help="analyse captured signals (turbostat, perf, logs ...)",
+                         description="Analyse files captured on a node or from a job and map "
+                         "what they show to layers and checks.", epilog=DIAGNOSE_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmd.add_argument("files", nargs="+", metavar="FILE")
+    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--compare", action="store_true",
+                     help="with two nccl-tests files: busbw ratio per size (second / first)")
+    cmd.set_defaults(func=cmd_diagnose)
 
 
 def _add_snapshot(sub: argparse._SubParsersAction) -> None:
@@ -228,6 +254,38 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}")
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """``exemplar-tune diagnose``."""
+    try:
+        reports = diagnose_paths(args.files)
+    except DiagnoseError as exc:
+        raise UserError(str(exc)) from None
+    comparison = None
+    if args.compare:
+        if len(reports) != 2 or any(r.kind != "nccl-tests" for r in reports):
+            raise UserError("--compare takes exactly two nccl-tests files")
+        comparison = compare_nccl_tests(*reports)
+    docs = [r.to_dict() for r in reports]
+    if args.format == "json":
+        print(json.dumps({"reports": docs, "comparison": comparison}, indent=2))
+    else:
+        print(_diagnose_table(docs, comparison))
+    return EXIT_FINDINGS if any(d["status"] == "fail" for d in docs) else EXIT_OK
+
+
+def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
+    lines = []
+    for doc in docs:
+        lines.append(f"== {doc['source']} ({doc['kind']}): {doc['status'].upper()}")
+        for f in doc["findings"]:
+            lines.append(f"  {f['status']:<4}  {f['check_id']}: {f['message']}")
+            lines += [f"        evidence {e}" for e in f["evidence"]]
+    for coll in (comparison or {}).get("collectives", []):
+        lines.append(f"== {coll['collective']}: busbw ratio (geometric mean) "
+                     f"{coll['geomean_ratio']}")
+    return "\n".join(lines)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

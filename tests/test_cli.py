@@ -43,7 +43,7 @@ def test_facts_layer_selection_in_preflight_order():
 def test_table_format_shows_layers_and_sources():
     out = cli("facts", "--sysroot", H100, "--layer", "cpu", "--sources")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("== cpu")
+    assert out.stdout.startswith("### h100-x86\n== cpu\n")
     assert "sources." in out.stdout
 
 
@@ -132,3 +132,22 @@ def test_version():
     out = cli("--version")
     assert out.returncode == 0 and out.stdout.startswith("exemplar-tune ")
     assert os.environ.get("PATH")
+
+
+def test_diagnose_maps_findings_to_checks_and_exits_1_on_failure():
+    from tests.conftest import SAMPLES
+    out = cli("diagnose", str(SAMPLES / "perf_top_arm_smmu_cmdq_issue_cmdlist.txt"),
+              "--format", "json")
+    assert out.returncode == 1, out.stderr
+    finding = json.loads(out.stdout)["reports"][0]["findings"][0]
+    assert (finding["layer"], finding["check_id"], finding["status"]) == ("vm", "vm.cmdqv", "fail")
+
+
+def test_diagnose_unrecognised_and_bad_compare_are_exit_2(tmp_path):
+    from tests.conftest import SAMPLES
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello world\n")
+    out = cli("diagnose", str(junk))
+    assert out.returncode == 2 and "not a recognised format" in out.stderr
+    out = cli("diagnose", str(SAMPLES / "perf_top_arm_smmu_cmdq_issue_cmdlist.txt"), "--compare")
+    assert out.returncode == 2 and "exactly two nccl-tests files" in out.stderr
