@@ -1,7 +1,7 @@
 """Look inside the job container: what NCCL there sees of the topology file and its settings.
 
 The host facts say what the host has; enroot clears the environment and mounts only what
-``mounts.d`` lists (platform-facts §6.1), so a job can lose ``NCCL_TOPO_FILE`` or the file
+``mounts.d`` lists, so a job can lose ``NCCL_TOPO_FILE`` or the file
 itself, and NCCL then only logs ``Could not open XML topology file`` at INFO and auto-detects
 (§5.2). :func:`probe_container` starts the user's launcher (``srun --container-image=...``,
 ``enroot start ...``) with our own constant POSIX-sh :data:`SCRIPT` as its command, as an

@@ -2,7 +2,8 @@
 
 Every check reads ``facts["cpu"]`` (and ``facts["vm"]`` / ``facts["gpu"]`` where noted) and
 ``profile["cpu"]``; a check whose profile key is absent is skipped, and so is one whose facts
-are unknown (``None``). Semantics: ``shared/reference/platform-facts.md`` §1-§3.
+are unknown (``None``). Semantics: the kernel's cpuidle, pm_qos_interface, cpufreq,
+cgroup-v2 and kernel-parameters documentation, and systemd.resource-control(5).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ retired pages, PCIe link, clock-event reasons, temperature, Xid events).
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
 error, a pending row remap or an Xid 79 is a finding on every cluster. The semantics follow
-platform-facts.md section 7 (nvidia-smi fields, Xid triage groups) and the health tools in
-anchors.md (DCGM diag r1 "page retirement/row remap", AzNHC ``azure_gpu_ecc.nhc``).
+the nvidia-smi XML fields, the NVIDIA Xid catalog and the public health tools (DCGM diag r1
+"page retirement/row remap", AzNHC ``azure_gpu_ecc.nhc``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ LAYER = "gpu"
 CLOCK_FAIL = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
               "sw_thermal_slowdown")
 CLOCK_WARN = ("sw_power_cap",)
-# Xid triage classes (platform-facts.md 7.2; docs.nvidia.com/deploy/xid-errors).
+# Xid triage classes (docs.nvidia.com/deploy/xid-errors).
 XID_CLASSES: dict[str, tuple[int, ...]] = {
     "memory": (48, 63, 64, 92, 94, 95),
     "fell_off_bus": (79,),

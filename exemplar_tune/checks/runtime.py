@@ -1,7 +1,7 @@
 """runtime-layer checks: the NCCL topology file, on the host and inside the job container.
 
 NCCL never fails on a bad ``NCCL_TOPO_FILE``: an unreadable file is only an INFO line
-(``Could not open XML topology file``) and NCCL auto-detects instead (platform-facts §5.2);
+(``Could not open XML topology file``) and NCCL auto-detects instead;
 enroot clears the environment and mounts only what ``mounts.d`` lists (§6.1).
 """
 

@@ -1,11 +1,11 @@
 """vm-layer checks: Grace CMDQ-Virtualisation next to SMMUv3, and the IOMMU default domain.
 
-Semantics from platform-facts.md section 4: CMDQV (Linux >= 6.12, ``CONFIG_TEGRA241_CMDQV``)
-spreads SMMU invalidations over hardware queues; in a guest it exists only when the VMM exposes
-a virtual SMMUv3 with CMDQV (ACPI ``NVDA200C``). It matters only where SMMUv3 translates DMA,
-i.e. where some IOMMU group is not ``identity``. The state itself is derived by the fact
-gatherer (``cmdqv.derive_state``); these checks judge it against the profile.
-"""
+Semantics from ``drivers/iommu/arm/arm-smmu-v3/tegra241-cmdqv.c``: CMDQV (Linux >= 6.12,
+``CONFIG_TEGRA241_CMDQV``) spreads SMMU invalidations over hardware queues; in a guest it
+exists only when the VMM exposes a virtual SMMUv3 with CMDQV (ACPI ``NVDA200C``). It matters
+only where SMMUv3 translates DMA, i.e. where some IOMMU group is not ``identity``. The state
+itself is derived by the fact gatherer (``cmdqv.derive_state``); these checks judge it against
+the profile."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
 """NCCL debug logs (``NCCL_DEBUG=INFO``): which topology file NCCL used, and CPU affinity.
 
-Lines look like ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>`` (platform-facts §5.5,
-``NVIDIA/nccl:src/graph/topo.cc`` and ``xml.cc``). ``NCCL_TOPO_FILE set by environment to X``
+Lines look like ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>``
+(``NVIDIA/nccl:src/graph/topo.cc`` and ``xml.cc``). ``NCCL_TOPO_FILE set by environment to X``
 says it was set; ``Could not open XML topology file X : reason`` says it was set but not
 readable where NCCL ran (typically not mounted into the container) and NCCL fell back to
-auto-detection; ``XML Topology has wrong version`` and ``XML Parse`` warnings mean the file
-was found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with GRAPH;
+auto-detection; ``XML Topology has wrong version`` and ``XML Parse`` warnings mean the file was
+found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with GRAPH;
 ``NET/OFI Adding NCCL_TOPO_FILE=X to environment`` is the aws-ofi-nccl plugin setting it.
-``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU.
-"""
+``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU."""
 
 from __future__ import annotations
 

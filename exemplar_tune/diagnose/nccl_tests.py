@@ -1,6 +1,6 @@
 """nccl-tests results (``all_reduce_perf`` and friends): bus bandwidth per message size.
 
-Format (platform-facts §5.6, ``NVIDIA/nccl-tests:src/util.cu``): a ``#`` preamble, a column
+Format (``NVIDIA/nccl-tests:src/util.cu``): a ``#`` preamble, a column
 header ``# size count type redop root time algbw busbw #wrong time algbw busbw #wrong`` (the
 first group is out-of-place, the second in-place; ``-C 1`` renames ``time`` to ``cputime``,
 ``-I 1`` adds ``i_min i_max i_p99 i_cv%`` after each ``#wrong``), one row per size, and a

@@ -1,6 +1,6 @@
 """numastat output: remote allocations per node, and per-process memory off its main node.
 
-Formats (platform-facts §3.2, ``linux:Documentation/admin-guide/numastat.rst``): plain
+Formats (``linux:Documentation/admin-guide/numastat.rst``): plain
 ``numastat`` prints counters in pages since boot, one column per node (``numa_hit``,
 ``numa_miss``, ``numa_foreign``, ``interleave_hit``, ``local_node``, ``other_node``;
 ``numastat -n`` prints the same in MB with capitalised names and a ``Total`` column).

@@ -1,6 +1,6 @@
 """perf report / perf top text: the share of cycles in SMMUv3 command-queue symbols.
 
-Rows (platform-facts §4.4, §8): ``perf report --stdio`` prints ``7.59%  comm  dso  [k] sym``
+Rows: ``perf report --stdio`` prints ``7.59%  comm  dso  [k] sym``
 (with ``--children`` two percentages, Children then Self), ``perf top`` prints
 ``27.43%  [kernel]  [k] sym``. Without Grace CMDQ-V, every IOMMU map/unmap serialises on the
 single SMMU command queue: ``arm_smmu_cmdq_issue_cmdlist`` and its callees and callers

@@ -1,6 +1,6 @@
 """turbostat captures: busy-core frequency, C6 residency and the PM QoS banner.
 
-Format (platform-facts §2.3, ``linux:tools/power/x86/turbostat/turbostat.8``): an optional
+Format (``linux:tools/power/x86/turbostat/turbostat.8``): an optional
 banner (``/dev/cpu_dma_latency: N usec (default|constrained)``, ``TSC: N MHz``,
 ``CPUID(0x16): base_mhz: B max_mhz: M``), then a header line and rows, tab-separated with
 ``--show``/``--out`` and space-aligned otherwise. The first row of each interval is the system

@@ -1,6 +1,6 @@
 """enroot system configuration and the pyxis SPANK plugin line: what containers receive.
 
-enroot (``NVIDIA/enroot@8ea147d3:doc/configuration.md``, ``conf/*``; platform-facts §6.1):
+enroot (``NVIDIA/enroot@8ea147d3:doc/configuration.md``, ``conf/*``):
 ``$ENROOT_SYSCONF_PATH`` (default ``/etc/enroot``) holds ``enroot.conf``,
 ``environ.d/*.env`` (``/etc/environment`` syntax, ``KEY=VALUE``; ``${VAR}`` references are
 substituted by enroot from the host environment, kept verbatim here) and ``mounts.d/*.fstab``
@@ -9,7 +9,7 @@ target relative to the container root). The container does **not** inherit the h
 environment, so ``NCCL_TOPO_FILE`` and the file itself reach it only through these files
 (or per-job options).
 
-pyxis (``NVIDIA/pyxis@10751994:config.c``; platform-facts §6.2): a Slurm ``plugstack.conf``
+pyxis (``NVIDIA/pyxis@10751994:config.c``): a Slurm ``plugstack.conf``
 (or ``plugstack.conf.d/*.conf``) line ``required|optional <path>/spank_pyxis.so [key=value ...]``.
 """
 

@@ -1,7 +1,7 @@
 """InfiniBand / RoCE devices, ``/sys/class/infiniband/<dev>/``.
 
 Layout and formats (``linux:Documentation/ABI/stable/sysfs-class-infiniband``,
-``linux:drivers/infiniband/core/sysfs.c``; platform-facts §3.3): ``ports/<n>/state``
+``linux:drivers/infiniband/core/sysfs.c``): ``ports/<n>/state``
 (``"4: ACTIVE"``), ``ports/<n>/phys_state`` (``"5: LinkUp"``), both printed ``"%d: %s"``;
 ``ports/<n>/rate`` (``"200 Gb/sec (4X HDR)"``, ``"2.5 Gb/sec (1X SDR)"``);
 ``ports/<n>/link_layer`` (``InfiniBand`` | ``Ethernet``). ``device`` links to the PCI function

@@ -1,7 +1,7 @@
 """NCCL configuration files (``$HOME/.nccl.conf`` or ``$NCCL_CONF_FILE``, ``/etc/nccl.conf``).
 
 Format and precedence as NCCL implements them (``NVIDIA/nccl@5067397c:src/misc/param.cc``
-``setEnvFile``/``initEnv``, ``docs/userguide/source/env.rst``; platform-facts §5.1):
+``setEnvFile``/``initEnv``, ``docs/userguide/source/env.rst``):
 
 * one ``KEY=VALUE`` per line; a trailing ``\\n`` or ``\\r\\n`` is stripped;
 * a line whose first character is ``#`` is a comment (only at column 0);

@@ -1,8 +1,7 @@
 """Per-GPU facts from ``nvidia-smi -q -x`` (the driver's XML report).
 
 Format: the DTD ``nvsmi_device_v1x.dtd`` shipped with the driver (v11 up to R510, v12 from
-R535) and the ``nvidia-smi(1)`` manual page ("-q -x: produce XML output"); the structure and
-the driver-era differences are summarised in platform-facts.md section 7.1. Every leaf is text,
+R535) and the ``nvidia-smi(1)`` manual page ("-q -x: produce XML output"). Every leaf is text,
 often with a unit (``"45 C"``, ``"27.22 W"``, ``"16x"``, ``"96 bank(s)"``); ``N/A`` and
 ``[N/A]`` mean "not supported here" and become ``None``.
 

@@ -1,10 +1,10 @@
 """Per-GPU facts through NVML (``pynvml`` from the ``nvidia-ml-py`` package), when available.
 
-NVML is the library behind nvidia-smi (API reference: https://docs.nvidia.com/deploy/nvml-api/;
-the calls used are listed in platform-facts.md section 7.3). It is optional: it is only tried
-on a live host (``Sysroot("/")``) where ``pynvml`` can be imported, and every failure (no
-module, no driver, a call not supported by this GPU) quietly gives ``None``. ``pynvml`` is
-imported inside the functions so that this module loads on every host.
+NVML is the library behind nvidia-smi (API reference:
+https://docs.nvidia.com/deploy/nvml-api/). It is optional: it is only tried on a live host
+(``Sysroot("/")``) where ``pynvml`` can be imported, and every failure (no module, no driver, a
+call not supported by this GPU) quietly gives ``None``. ``pynvml`` is imported inside the
+functions so that this module loads on every host.
 
 The per-GPU dictionaries have the same keys as ``nvidia_smi.parse_gpu``; what NVML does not
 offer through these calls is ``None``.

@@ -1,6 +1,6 @@
 """NCCL topology files (``NCCL_TOPO_FILE``, ``NCCL_TOPO_DUMP_FILE`` output).
 
-Format: NCCL ``src/graph/xml.{h,cc}`` and ``src/graph/topo.cc`` (platform-facts §5.2-5.3):
+Format: NCCL ``src/graph/xml.{h,cc}`` and ``src/graph/topo.cc``:
 a ``<system version="1">`` root (``NCCL_TOPO_XML_VERSION``; any other version makes NCCL
 ``WARN("XML Topology has wrong version ...")``) holding ``<cpu>`` elements with nested
 ``<pci busid=... class=...>`` elements; a GPU is a ``pci`` of class ``0x0302xx`` (3D

@@ -5,8 +5,7 @@ name=pt_main_thread, <details>``; older drivers wrote ``NVRM: Xid (0000:01:00): 
 (no ``PCI:``, no pid/name), and pid or name may be ``'<unknown>'`` or absent. A GPU that
 drops off PCIe is also reported as ``NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.``
 (``NV_DEV_PRINTF`` in the open kernel modules). The Xid catalog:
-https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; examples and the regex:
-platform-facts.md section 7.2.
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html.
 
 The log's address has no function number and a 4-digit domain; it is normalised to
 nvidia-smi's ``00000000:CB:00.0`` so events join with the per-GPU facts.
