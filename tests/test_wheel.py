@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,15 +21,29 @@ def _run(argv, env, cwd=None, timeout=600):
 
 def test_wheel_in_fresh_venv(tmp_path):
     clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    # build from the tracked files only (no stale build/ directory, no untracked files)
+    source = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_symlink():
+            target.symlink_to(os.readlink(REPO / name))
+        elif (REPO / name).is_file():
+            shutil.copy2(REPO / name, target)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
-          str(REPO)], dict(clean, PIP_CACHE_DIR=str(tmp_path / "pipcache")))
+          str(source)], dict(clean, PIP_CACHE_DIR=str(tmp_path / "pipcache")))
     wheel = next((tmp_path / "dist").glob("exemplar_tune-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for part in ("ansible_collections/exemplar/tune/plugins/modules/facts.py",
                  "ansible_collections/exemplar/tune/plugins/module_utils/layers.py",
                  "ansible_collections/exemplar/tune/playbooks/facts.yml",
                  "ansible_collections/exemplar/tune/galaxy.yml",
-                 "exemplar_tune/cli.py"):
+                 "exemplar_tune/cli.py", "exemplar_tune/profiles/h100-x86.yaml",
+                 "exemplar_tune/profiles/schema.json",
+                 "exemplar_tune/schemas/preflight-result.schema.json",
+                 "exemplar_tune/checks/cpu.py", "exemplar_tune/diagnose/perf.py"):
         assert part in names, part
     assert not any(n.startswith(("tests/", "ansible_collections/exemplar/tune/tests/"))
                    for n in names)
@@ -40,6 +56,11 @@ def test_wheel_in_fresh_venv(tmp_path):
     out = _run([str(venv / "bin/exemplar-tune"), "facts", "--layer", "vm", "--format", "json"],
                clean, cwd=tmp_path)
     assert list(json.loads(out.stdout)) == ["vm"]
+    out = subprocess.run([str(venv / "bin/exemplar-tune"), "preflight", "--layer", "cpu",
+                          "--format", "json"], capture_output=True, text=True, env=clean,
+                         cwd=tmp_path, check=False)
+    assert out.returncode in (0, 1), out.stderr
+    assert json.loads(out.stdout)["tool"] == "exemplar-tune"
 
     # the collection's playbook by FQCN, for users who bring their own ansible-playbook
     inventory = tmp_path / "hosts.yml"
