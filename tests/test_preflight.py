@@ -127,3 +127,27 @@ def test_fleet_groups_hosts_by_failing_check_and_reports_unreachable(tmp_path):
     some = next(iter(failing))
     assert f"{some}: 2/3 hosts" in table
     assert "### node4: UNREACHABLE" in table
+
+
+@pytest.mark.parametrize("host, exit_code, findings", [
+    ("healthy-h100", 0, []),
+    ("h100-x86", 1, [
+        ("gpu.persistence-mode", "fail"), ("gpu.remapped-rows", "fail"), ("gpu.xids", "fail"),
+        ("cpu.deep-cstates-disabled", "fail"), ("cpu.pm-qos-holder", "fail"),
+        ("cpu.housekeeping-overlap", "fail"), ("cpu.irqbalance-banned", "warn"),
+        ("cpu.numa-balancing", "warn"), ("runtime.topo-in-container", "fail")]),
+    ("gb200-grace-vm", 1, [
+        ("vm.cmdqv", "fail"), ("cpu.housekeeping-overlap", "fail"),
+        ("cpu.irqbalance-banned", "warn"), ("cpu.numa-balancing", "warn"),
+        ("runtime.topo-file", "fail")]),
+])
+def test_fixture_hosts_give_exactly_their_findings_in_layer_order(host, exit_code, findings):
+    out = preflight("--sysroot", str(SYSROOTS / host), "--format", "json")
+    assert out.returncode == exit_code
+    results = doc_of(out)["hosts"][host]["results"]
+    have = [(r["id"], r["status"]) for r in results if r["status"] in ("fail", "warn")]
+    assert have == findings
+    for r in results:
+        if r["status"] in ("fail", "warn"):
+            assert r["evidence"] and all(e.startswith(("/", "nvidia-smi", "dmesg", "environment"))
+                                         for e in r["evidence"]), r
