@@ -14,7 +14,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_
 
 from exemplar_tune import __version__
 from exemplar_tune.checks.base import FAIL, STATUSES, WARN
-from exemplar_tune.checks.run import CheckResult, run_checks
+from exemplar_tune.checks.run import run_checks
 
 Facts = dict[str, dict[str, Any]]
 
@@ -63,6 +63,3 @@ def exit_status(document: dict[str, Any]) -> int:
     """1 when any check failed or a host was unreachable, else 0."""
     failed = any(h["status"] == FAIL for h in document["hosts"].values())
     return 1 if failed or document["unreachable"] else 0
-
-
-__all__ = ["CheckResult", "exit_status", "preflight_hosts"]
