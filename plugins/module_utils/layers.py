@@ -30,6 +30,7 @@ class Layer:
     title: str
     summary: str
     gather: Callable[[Sysroot], dict[str, Any]]
+    has_role: bool = True  # roles/<name> applies and restores the layer's knobs
 
 
 LAYERS: tuple[Layer, ...] = (
@@ -43,10 +44,12 @@ LAYERS: tuple[Layer, ...] = (
           "configuration (enroot, pyxis)", layer_runtime.gather),
     Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings",
           layer_fabric.gather),
-    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather),
+    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather,
+          has_role=False),
 )
 
 LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)
+ROLE_LAYERS: tuple[str, ...] = tuple(layer.name for layer in LAYERS if layer.has_role)
 
 
 class UnknownLayer(ValueError):

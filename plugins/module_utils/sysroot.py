@@ -13,8 +13,12 @@ executes host commands. The known commands are listed in :data:`COMMANDS`.
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import os
+import stat
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -171,6 +175,54 @@ class Sysroot:
             return os.path.realpath(real)
         inside = os.path.relpath(real, self.root)
         return "/" if inside == "." else "/" + inside
+
+    def glob(self, pattern: str) -> list[str]:
+        """Host paths matching ``pattern`` (``fnmatch`` per component, e.g.
+        ``sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*``), sorted, without leading /."""
+        found = [""]
+        for part in pattern.strip("/").split("/"):
+            if not any(ch in part for ch in "*?["):
+                found = [f"{base}/{part}".strip("/") for base in found]
+                continue
+            found = [f"{base}/{name}".strip("/") for base in found
+                     for name in self.listdir(base or "/") if fnmatch.fnmatchcase(name, part)]
+        return sorted(path for path in found if os.path.lexists(self.path(path)))
+
+    # -- writes (only the knob modules call these) ----------------------------------------
+
+    def write_bytes(self, rel: str, data: bytes, mode: int = 0o644) -> None:
+        """Replace a regular file atomically (temp file in the same directory, fsync, rename)."""
+        real = self.path(rel)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=".exemplar-", dir=os.path.dirname(real))
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, real)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def write_attr(self, rel: str, value: str) -> None:
+        """Write a kernel attribute (sysfs/procfs) in place, as ``echo value > file`` does."""
+        with open(self.path(rel), "w") as handle:
+            handle.write(value)
+
+    def remove(self, rel: str) -> None:
+        """Remove a file; absent is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(rel))
+
+    def file_mode(self, rel: str) -> int | None:
+        """Permission bits of a file, ``None`` when absent."""
+        try:
+            return stat.S_IMODE(os.stat(self.path(rel)).st_mode)
+        except OSError:
+            return None
 
     # -- commands --------------------------------------------------------------------------
 

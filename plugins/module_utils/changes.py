@@ -1,0 +1,224 @@
+"""The one engine every knob goes through: read -> journal -> write -> verify (-> restore).
+
+A knob module only says what the host should look like, as a list of changes:
+
+* :class:`FileChange` -- a whole file with exact content (or absent), written atomically;
+* :class:`AttrChange` -- a kernel attribute (sysfs/procfs) written in place;
+* :class:`CommandChange` -- a command with its undo command (live hosts only), for state that
+  only a tool can change (``tuned-adm profile``, ``nvidia-smi -pm``).
+
+:func:`apply_changes` skips what is already right (idempotence), records the previous state of
+each change in the run's journal *before* making it, writes, reads back and compares, and on
+any failure puts back what this call already changed, newest first. Check mode computes the
+same plan and diff and writes nothing, journal included. :func:`restore_entries` replays a
+journal newest first and is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    HostStateError,
+    NotSupported,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.journal import (
+    Journal,
+    decode,
+    encode,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """File ``path`` must hold exactly ``content`` (``None``: must not exist)."""
+
+    path: str
+    content: bytes | None
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class AttrChange:
+    """Kernel attribute ``path`` must read back as ``value``."""
+
+    path: str
+    value: str
+
+
+@dataclass(frozen=True)
+class CommandChange:
+    """State only a command can change: ``apply`` moves ``current`` to ``desired``."""
+
+    label: str
+    current: str
+    desired: str
+    apply: list[str]
+    undo: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Change = FileChange | AttrChange | CommandChange
+
+
+class ApplyFailed(HostStateError):
+    """A change failed; what this call had changed was put back (``not_restored`` says what not)."""
+
+    def __init__(self, path: str, reason: str, not_restored: list[str]) -> None:
+        tail = f"; NOT restored: {', '.join(not_restored)}" if not_restored else \
+            "; everything this step changed was restored"
+        super().__init__(path, reason + tail)
+        self.not_restored = not_restored
+
+
+def read_current(root: Sysroot, change: Change) -> bytes | str | None:
+    """The present state that ``change`` compares with."""
+    if isinstance(change, FileChange):
+        try:
+            return root.read_bytes(change.path)
+        except NotSupported:
+            return None
+    if isinstance(change, AttrChange):
+        return root.read_text(change.path)
+    return change.current
+
+
+def is_satisfied(root: Sysroot, change: Change) -> bool:
+    """True when the host already looks like ``change`` asks."""
+    current = read_current(root, change)
+    if isinstance(change, FileChange):
+        return current == change.content and (
+            current is None or root.file_mode(change.path) == change.mode)
+    if isinstance(change, AttrChange):
+        return current == change.value.strip()
+    return current == change.desired
+
+
+def describe(root: Sysroot, change: Change) -> dict[str, str]:
+    """Ansible's ``diff`` form of one change."""
+    before, after = read_current(root, change), None
+    if isinstance(change, FileChange):
+        after = change.content
+        header = root.display(change.path)
+    elif isinstance(change, AttrChange):
+        after, header = change.value, root.display(change.path)
+    else:
+        after, header = change.desired, change.label
+    return {"before_header": header, "after_header": header,
+            "before": _text(before), "after": _text(after)}
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def entry_for(root: Sysroot, change: Change, layer: str, knob: str) -> dict[str, Any]:
+    """The journal entry that lets :func:`restore_entries` undo ``change``."""
+    base = {"layer": layer, "knob": knob}
+    if isinstance(change, FileChange):
+        previous = read_current(root, change)
+        return dict(base, kind="file", path=root.display(change.path),
+                    existed=previous is not None, previous=encode(previous),
+                    mode=root.file_mode(change.path), after=encode(change.content))
+    if isinstance(change, AttrChange):
+        return dict(base, kind="attr", path=root.display(change.path),
+                    previous=read_current(root, change), after=change.value)
+    return dict(base, kind="command", path=change.label, previous=change.current,
+                after=change.desired, undo=change.undo)
+
+
+def _write(root: Sysroot, change: Change) -> None:
+    if isinstance(change, FileChange):
+        if change.content is None:
+            root.remove(change.path)
+        else:
+            root.write_bytes(change.path, change.content, change.mode)
+    elif isinstance(change, AttrChange):
+        root.write_attr(change.path, change.value)
+    else:
+        _run(change.apply)
+
+
+def _run(argv: list[str]) -> None:
+    out = run_command(argv)
+    if out.rc != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        raise HostStateError(" ".join(argv), f"exit {out.rc}: {lines[-1] if lines else ''}")
+
+
+def apply_changes(root: Sysroot, changes: list[Change], journal: Journal | None, layer: str,
+                  knob: str, check_mode: bool) -> dict[str, Any]:
+    """Make ``changes`` true on the host; returns ``{changed, diff, entries}``.
+
+    ``journal`` may be ``None`` only in check mode.
+    """
+    pending = [c for c in changes if not is_satisfied(root, c)]
+    diff = [describe(root, c) for c in pending]
+    if check_mode or not pending:
+        return {"changed": bool(pending), "diff": diff, "entries": []}
+    entries: list[dict[str, Any]] = []
+    for change in pending:
+        entries.append(journal.append(entry_for(root, change, layer, knob)))
+        try:
+            _write(root, change)
+            _verify(root, change)
+        except (OSError, HostStateError) as exc:
+            reason = exc.reason if isinstance(exc, HostStateError) else (exc.strerror or str(exc))
+            failed = restore_entries(root, journal, entries, check_mode=False)["failed"]
+            raise ApplyFailed(diff[len(entries) - 1]["before_header"], reason,
+                              [f["path"] for f in failed]) from None
+    return {"changed": True, "diff": diff, "entries": entries}
+
+
+def _verify(root: Sysroot, change: Change) -> None:
+    if isinstance(change, CommandChange):
+        return  # the caller re-reads the state through the facts
+    if not is_satisfied(root, change):
+        have = read_current(root, change)
+        raise HostStateError(root.display(change.path), f"read back {_text(have).strip()!r} "
+                             "after writing: the kernel or another process refused the value")
+
+
+def restore_entries(root: Sysroot, journal: Journal, entries: list[dict[str, Any]],
+                    check_mode: bool) -> dict[str, Any]:
+    """Put back ``entries`` newest first; skip those already restored or already in place.
+
+    Returns ``{changed, diff, restored: [seq], failed: [{path, error}]}``; never raises for
+    one entry, so a single stuck file does not stop the others from being put back.
+    """
+    done = set(journal.load()["restored"]) if journal.exists() else set()
+    result: dict[str, Any] = {"changed": False, "diff": [], "restored": [], "failed": []}
+    for entry in sorted(entries, key=lambda e: e["seq"], reverse=True):
+        if entry["seq"] in done:
+            continue
+        change = _undo_change(entry)
+        if is_satisfied(root, change):
+            result["restored"].append(entry["seq"])
+            continue
+        result["changed"] = True
+        result["diff"].append(describe(root, change))
+        if check_mode:
+            continue
+        try:
+            _write(root, change)
+            result["restored"].append(entry["seq"])
+        except (OSError, HostStateError) as exc:
+            reason = exc.reason if isinstance(exc, HostStateError) else (exc.strerror or str(exc))
+            result["failed"].append({"path": entry["path"], "error": reason})
+    if not check_mode and result["restored"]:
+        journal.mark_restored(result["restored"])
+    return result
+
+
+def _undo_change(entry: dict[str, Any]) -> Change:
+    if entry["kind"] == "file":
+        return FileChange(entry["path"], decode(entry["previous"]),
+                          entry["mode"] if entry["mode"] is not None else 0o644)
+    if entry["kind"] == "attr":
+        return AttrChange(entry["path"], entry["previous"])
+    return CommandChange(entry["path"], entry["after"], entry["previous"], entry["undo"], [])

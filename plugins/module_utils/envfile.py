@@ -1,0 +1,56 @@
+"""Editing ``KEY=VALUE`` files while keeping every other byte as it was.
+
+Two syntaxes:
+
+* ``nccl`` -- NCCL's own rules for ``/etc/nccl.conf`` (``src/misc/param.cc``): ``KEY=VALUE``
+  per line, ``#`` only at column 0, no whitespace trimming, the first definition wins.
+* ``shell`` -- ``/etc/default/*`` and systemd ``EnvironmentFile=`` style: optional ``export``,
+  values may be quoted, the last definition wins; values are written double-quoted.
+
+Setting a key rewrites only its effective line (or appends one); unsetting removes every line
+that defines it. Comments, blank lines, other keys and line endings are kept byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+
+SHELL_KEY = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def line_key(line: str, syntax: str) -> str | None:
+    """The key a line defines, or ``None`` (comment, blank, no ``=``)."""
+    body = line.rstrip("\r\n")
+    if syntax == "nccl":
+        if body.startswith("#") or "=" not in body:
+            return None
+        return body.split("=", 1)[0]
+    match = SHELL_KEY.match(body)
+    return match.group(1) if match else None
+
+
+def render_line(key: str, value: str, syntax: str, newline: str) -> str:
+    """One ``KEY=VALUE`` line in ``syntax``."""
+    if syntax == "nccl":
+        return f"{key}={value}{newline}"
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{key}="{escaped}"{newline}'
+
+
+def edit_text(text: str, settings: dict[str, str | None], syntax: str) -> str:
+    """``text`` with each key set to its value (``None``: removed)."""
+    lines = text.splitlines(keepends=True)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    for key, value in settings.items():
+        where = [i for i, line in enumerate(lines) if line_key(line, syntax) == key]
+        if value is None:
+            lines = [line for i, line in enumerate(lines) if i not in where]
+            continue
+        new = render_line(key, value, syntax, newline)
+        if where:
+            lines[where[0] if syntax == "nccl" else where[-1]] = new
+        else:
+            if lines and not lines[-1].endswith("\n"):
+                lines[-1] += newline
+            lines.append(new)
+    return "".join(lines)

@@ -1,0 +1,53 @@
+"""Kernel command-line arguments in ``/etc/default/grub``.
+
+The bootloader reads ``GRUB_CMDLINE_LINUX`` (every entry) and ``GRUB_CMDLINE_LINUX_DEFAULT``
+(normal entries); ``update-grub`` / ``grub2-mkconfig`` turn them into ``grub.cfg``. A change
+here takes effect at the next boot only, so callers flag it ``reboot_required``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text, line_key
+
+VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
+
+
+def read_variable(text: str, name: str) -> str | None:
+    """The value of ``name`` (last definition, quotes removed), ``None`` when absent."""
+    value = None
+    for line in text.splitlines():
+        if line_key(line, "shell") == name:
+            raw = line.split("=", 1)[1].strip()
+            try:
+                parts = shlex.split(raw)
+            except ValueError:
+                parts = [raw.strip("\"'")]
+            value = " ".join(parts)
+    return value
+
+
+def edit_args(args: str, remove: list[str], add: dict[str, str | None]) -> str:
+    """``args`` without the parameters named in ``remove`` and with ``add`` set.
+
+    A name in ``remove`` matches ``name`` and ``name=anything``; ``add`` values of ``None``
+    mean a bare flag.
+    """
+    kept = [word for word in args.split() if word.split("=", 1)[0] not in set(remove) | set(add)]
+    kept += [name if value is None else f"{name}={value}" for name, value in add.items()]
+    return " ".join(kept)
+
+
+def edit_grub(text: str, remove: list[str], add: dict[str, str | None]) -> str:
+    """``/etc/default/grub`` content with the parameters removed/added.
+
+    Removal applies to both variables; additions go to ``GRUB_CMDLINE_LINUX`` (every entry).
+    """
+    settings: dict[str, str | None] = {}
+    for name in VARIABLES:
+        current = read_variable(text, name)
+        wanted = edit_args(current or "", remove, add if name == VARIABLES[1] else {})
+        if current is not None and wanted != current or current is None and wanted:
+            settings[name] = wanted
+    return edit_text(text, settings, "shell") if settings else text

@@ -1,0 +1,95 @@
+#!/usr/bin/python
+"""exemplar.tune.restore: put back everything a run recorded in the host journal."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: restore
+short_description: Put back what a run changed, newest change first, byte for byte
+description:
+  - Reads the host-local journal of C(run_id) and restores every entry (optionally only those
+    of some layers), newest first - previous file bytes and modes, absent files removed again,
+    previous kernel attribute values, undo commands.
+  - Idempotent - entries already restored (or already back in place) are skipped.
+  - An entry that cannot be put back does not stop the others; the task then fails and lists
+    what was not restored.
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+options:
+  run_id:
+    description: The run to restore.
+    type: str
+    required: true
+  layers:
+    description: Only restore entries of these layers (default all).
+    type: list
+    elements: str
+  sysroot:
+    description: Directory that mirrors C(/) of the host (the journal lives inside it).
+    type: path
+    default: /
+  missing_ok:
+    description: Succeed with nothing to do when this host has no journal for the run.
+    type: bool
+    default: true
+notes:
+  - Supports check mode and diff mode.
+"""
+
+EXAMPLES = r"""
+- name: Put back run 20261129T101500-ab12
+  exemplar.tune.restore:
+    run_id: 20261129T101500-ab12
+"""
+
+RETURN = r"""
+restored:
+  description: Journal sequence numbers restored (or found already in place).
+  returned: always
+  type: list
+  elements: int
+failed:
+  description: Entries that could not be put back, with the reason.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import restore_entries
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+
+def main() -> None:
+    """Module entry point."""
+    module = AnsibleModule(argument_spec={
+        "run_id": {"type": "str", "required": True},
+        "layers": {"type": "list", "elements": "str"},
+        "sysroot": {"type": "path", "default": "/"},
+        "missing_ok": {"type": "bool", "default": True},
+    }, supports_check_mode=True)
+    params = module.params
+    try:
+        journal = Journal(Sysroot(params["sysroot"]), params["run_id"])
+        if not journal.exists():
+            if params["missing_ok"]:
+                module.exit_json(changed=False, restored=[], failed=[], journal=None)
+            module.fail_json(msg=f"no journal for run {params['run_id']} at {journal.display}")
+        entries = [e for e in journal.load()["entries"]
+                   if not params["layers"] or e["layer"] in params["layers"]]
+        result = restore_entries(journal.root, journal, entries, module.check_mode)
+    except HostStateError as exc:
+        module.fail_json(msg=str(exc))
+    output = {"changed": result["changed"], "diff": result["diff"],
+              "restored": result["restored"], "failed": result["failed"],
+              "journal": journal.display}
+    if result["failed"]:
+        paths = ", ".join(f"{f['path']} ({f['error']})" for f in result["failed"])
+        module.fail_json(msg=f"could not restore: {paths}", **output)
+    module.exit_json(**output)
+
+
+if __name__ == "__main__":
+    main()
