@@ -17,6 +17,7 @@ from pathlib import Path
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
     LAYERS,
+    ROLE_LAYERS,
     UnknownLayer,
 )
 
@@ -28,6 +29,7 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import load_profile, shipped_profiles
+from exemplar_tune.remediate import cmd_apply, cmd_audit, cmd_restore
 from exemplar_tune.render import facts_table
 from exemplar_tune.report import html_report, markdown, table, use_colour
 from exemplar_tune.snapshot import take_snapshot
@@ -98,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_facts(sub)
     _add_preflight(sub)
+    _add_apply(sub)
+    _add_restore(sub)
+    _add_audit(sub)
     _add_diagnose(sub)
     _add_snapshot(sub)
     return parser
@@ -142,6 +147,67 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--details", action="store_true",
                      help="fleet table: also list every host's checks")
     cmd.set_defaults(func=cmd_preflight)
+
+
+APPLY_EPILOG = """examples:
+  exemplar-tune apply --layer cpu --check                 what would change on this host
+  exemplar-tune apply --layer cpu -i hosts.yml --limit 'gpu[01:04]' --profile site.yaml
+  exemplar-tune apply --layer runtime --sysroot /srv/node07 --format json
+  exemplar-tune restore --run latest
+
+Each change is recorded in the host's journal (/var/lib/exemplar-tune/journal/RUN_ID.json)
+before it is made; 'restore' puts back exactly those bytes. Changes that only take effect
+after a reboot (kernel arguments) are reported as such, never as done.
+"""
+
+
+def _add_apply(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("apply", help="apply one layer's fixes (journaled, restorable)",
+                         description="Move hosts to the profile's target for one layer, "
+                         "with a journal per run.", epilog=APPLY_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_change_target(cmd)
+    cmd.add_argument("--layer", required=True, choices=ROLE_LAYERS, help="the layer to apply")
+    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE",
+                     help="targets (default h100-x86)")
+    cmd.add_argument("--check", action="store_true", help="show what would change; write nothing")
+    cmd.add_argument("--diff", action="store_true",
+                     help="accepted for symmetry with ansible-playbook (diffs are always kept)")
+    cmd.add_argument("--run-id", metavar="ID", help="name the run (default: time + random)")
+    cmd.set_defaults(func=cmd_apply)
+
+
+def _add_restore(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("restore", help="put back what a run changed",
+                         description="Restore every host a run touched, newest change first, "
+                         "from the host journals.", epilog=APPLY_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_change_target(cmd)
+    cmd.add_argument("--run", required=True, metavar="ID|latest")
+    cmd.set_defaults(func=cmd_restore)
+
+
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("audit", help="drift report: the roles in check mode with diff",
+                         description="Compare hosts with the profile's targets, knob by knob, "
+                         "without changing anything. Exit 1 on drift.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_change_target(cmd)
+    cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
+                     help=f"only these layers (repeatable): {', '.join(ROLE_LAYERS)}")
+    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE")
+    cmd.set_defaults(func=cmd_audit)
+
+
+def _add_change_target(cmd: argparse.ArgumentParser) -> None:
+    target = cmd.add_mutually_exclusive_group()
+    target.add_argument("--sysroot", metavar="DIR",
+                        help="work inside DIR (a directory mirroring /) as a one-host inventory")
+    target.add_argument("-i", "--inventory", metavar="INVENTORY", help="Ansible inventory")
+    cmd.add_argument("--limit", metavar="PATTERN")
+    cmd.add_argument("--forks", type=int, default=10, metavar="N")
+    cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS")
+    cmd.add_argument("--format", choices=("table", "json"), default="table")
 
 
 def _add_diagnose(sub: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ def copy_sysroot(name: str, dest: Path) -> Path:
 
 
 def tree_hash(root: Path) -> str:
-    """SHA-256 over every path, link target and file content under ``root``."""
+    """SHA-256 over every path, link target, file mode and content under ``root``."""
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -31,6 +31,7 @@ def tree_hash(root: Path) -> str:
             if path.is_symlink():
                 digest.update(os.readlink(path).encode())
             elif path.is_file():
+                digest.update(oct(path.stat().st_mode & 0o7777).encode())
                 digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -127,7 +127,7 @@ def entry_for(root: Sysroot, change: Change, layer: str, knob: str) -> dict[str,
                     mode=root.file_mode(change.path), after=encode(change.content))
     if isinstance(change, AttrChange):
         return dict(base, kind="attr", path=root.display(change.path),
-                    previous=read_current(root, change), after=change.value)
+                    previous=root.read_text(change.path, strip=False), after=change.value)
     return dict(base, kind="command", path=change.label, previous=change.current,
                 after=change.desired, undo=change.undo)
 

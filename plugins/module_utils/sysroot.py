@@ -210,7 +210,7 @@ class Sysroot:
     def write_attr(self, rel: str, value: str) -> None:
         """Write a kernel attribute (sysfs/procfs) in place, as ``echo value > file`` does."""
         with open(self.path(rel), "w") as handle:
-            handle.write(value)
+            handle.write(value if value.endswith("\n") else value + "\n")
 
     def remove(self, rel: str) -> None:
         """Remove a file; absent is fine."""

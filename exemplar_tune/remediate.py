@@ -1,0 +1,167 @@
+"""``apply``, ``restore`` and ``audit``: the layer roles run through Ansible, results per knob.
+
+Every knob module reports ``layer``, ``knob``, ``changes`` (path, before, after) and
+``reboot_required``; these functions run the playbooks and fold those results into one
+document per command, with the hosts that failed or could not be reached kept apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
+from exemplar_tune.collection import collection_root
+from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.profile import load_profile
+from exemplar_tune.runs import find_run, new_run_id, record_run
+
+
+def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
+    """A user's inventory, a one-host inventory that works inside ``sysroot``, or this host."""
+    if sysroot is None:
+        return inventory or local_inventory()
+    if not os.path.isdir(sysroot):
+        raise UserError(f"sysroot {sysroot}: changes need a directory (unpack an archive first)")
+    name = os.path.basename(os.path.normpath(sysroot))
+    return local_inventory([name], {name: {"exemplar_sysroot": os.path.abspath(sysroot),
+                                           "ansible_python_interpreter": sys.executable}})
+
+
+def playbook(name: str) -> str:
+    """Path of one of the collection's playbooks."""
+    return str(collection_root() / "playbooks" / f"{name}.yml")
+
+
+def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
+    """Per host: status, the knobs that changed (or would), reboot flag, messages."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for host, result in outcome.hosts.items():
+        knobs = []
+        for task in result.tasks:
+            res = task["result"]
+            if "knob" in res and res.get("changed"):
+                knobs.append({"layer": res["layer"], "knob": res["knob"],
+                              "changes": res.get("changes", []),
+                              "reboot_required": bool(res.get("reboot_required"))})
+        hosts[host] = {
+            "status": result.status, "error": result.message or None,
+            "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs),
+            "restored": [s for t in result.tasks for s in t["result"].get("restored", [])],
+        }
+    return hosts
+
+
+def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
+    """Run a collection playbook and return ``{hosts, unreachable, failed}``."""
+    outcome = run.playbook(playbook(name), extravars)
+    hosts = knob_results(outcome)
+    unreachable = {h: d["error"] for h, d in hosts.items() if d["status"] == "unreachable"}
+    failed = {h: d["error"] for h, d in hosts.items() if d["status"] == "failed"}
+    if not hosts:
+        raise UserError(f"no host matched (ansible-runner status {outcome.status})")
+    return {"hosts": {h: d for h, d in hosts.items() if h not in unreachable},
+            "unreachable": unreachable, "failed": failed}
+
+
+def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Knobs that drift, grouped across hosts: ``{layer, knob, hosts, count, total}``."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for host, data in hosts.items():
+        for knob in data["changed"]:
+            groups.setdefault((knob["layer"], knob["knob"]), []).append(host)
+    total = len(hosts)
+    return [{"layer": layer, "knob": knob, "hosts": sorted(names), "count": len(names),
+             "total": total} for (layer, knob), names in groups.items()]
+
+
+def _runner(args: argparse.Namespace, check: bool = False) -> AnsibleRun:
+    return AnsibleRun(target_inventory(args.inventory, args.sysroot), limit=args.limit,
+                      forks=args.forks, timeout=args.timeout, check=check, diff=True)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    """``exemplar-tune apply``: one layer, fleet-wide, journaled under a new run id."""
+    profile = load_profile(args.profile)
+    run_id = args.run_id or new_run_id()
+    result = run_playbook(_runner(args, check=args.check), "apply", {
+        "layer": args.layer, "exemplar_profile": profile, "exemplar_run_id": run_id})
+    doc = {"run_id": None if args.check else run_id, "layer": args.layer, "check": args.check,
+           "profile": profile["name"], **result}
+    if not args.check and any(h["changed"] for h in result["hosts"].values()):
+        record_run({"run_id": run_id, "layer": args.layer, "at": time.time(),
+                    "inventory": args.inventory, "sysroot": args.sysroot, "limit": args.limit,
+                    "hosts": sorted(h for h, d in result["hosts"].items() if d["changed"])})
+    _emit(args, doc, _apply_lines(doc))
+    return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """``exemplar-tune restore --run ID|latest``: put back every host the run touched."""
+    run = find_run(args.run)
+    args.inventory = args.inventory or run.get("inventory")
+    args.sysroot = args.sysroot or run.get("sysroot")
+    args.limit = args.limit or ",".join(run.get("hosts", [])) or None
+    result = run_playbook(_runner(args), "restore", {"exemplar_run_id": run["run_id"]})
+    doc = {"run_id": run["run_id"], "layer": run.get("layer"), **result}
+    lines = [f"restore of run {run['run_id']} ({run.get('layer')})"]
+    for host, data in doc["hosts"].items():
+        state = "FAILED: " + (data["error"] or "") if data["status"] == "failed" else (
+            f"{len(data['restored'])} change(s) put back")
+        lines.append(f"  {host}: {state}")
+    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
+    _emit(args, doc, lines)
+    return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``exemplar-tune audit``: the roles in check mode with diff; exit 1 on drift."""
+    profile = load_profile(args.profile)
+    extravars: dict[str, Any] = {"exemplar_profile": profile}
+    if args.layer:
+        extravars["exemplar_audit_layers"] = args.layer
+    result = run_playbook(_runner(args, check=True), "audit", extravars)
+    doc = {"profile": profile["name"], **result, "drift": group_drift(result["hosts"])}
+    lines = [f"audit against profile {profile['name']}: {len(doc['hosts'])} host(s)"]
+    lines += [f"  DRIFT  {g['layer']}/{g['knob']}: {g['count']}/{g['total']} hosts"
+              for g in doc["drift"]] or ["  no drift"]
+    for host, data in doc["hosts"].items():
+        for knob in data["changed"]:
+            for change in knob["changes"]:
+                lines.append(f"  {host} {knob['layer']}/{knob['knob']} {change['path']}: "
+                             f"{_short(change['before'])} -> {_short(change['after'])}")
+    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
+    lines += [f"  {host}: FAILED: {why}" for host, why in doc["failed"].items()]
+    _emit(args, doc, lines)
+    drift = bool(doc["drift"]) or result["failed"] or result["unreachable"]
+    return EXIT_FINDINGS if drift else EXIT_OK
+
+
+def _apply_lines(doc: dict[str, Any]) -> list[str]:
+    verb = "would change" if doc["check"] else "changed"
+    head = f"apply {doc['layer']} (profile {doc['profile']})"
+    lines = [head + ("" if doc["check"] else f", run id {doc['run_id']}")]
+    for host, data in doc["hosts"].items():
+        if data["status"] == "failed":
+            lines.append(f"  {host}: FAILED: {data['error']}")
+            continue
+        knobs = ", ".join(k["knob"] for k in data["changed"]) or "nothing"
+        reboot = "; REBOOT REQUIRED to take effect" if data["reboot_required"] else ""
+        lines.append(f"  {host}: {verb} {knobs}{reboot}")
+    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
+    if not doc["check"] and doc["run_id"]:
+        lines.append(f"undo with: exemplar-tune restore --run {doc['run_id']}")
+    return lines
+
+
+def _short(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= 50 else flat[:47] + "...")
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any], lines: list[str]) -> None:
+    print(json.dumps(doc, indent=2) if args.format == "json" else "\n".join(lines))
