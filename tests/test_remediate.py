@@ -1,0 +1,118 @@
+"""apply / audit / restore from the command line, on copies of fixture hosts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import SYSROOTS
+from tests.helpers import tree_hash
+from tests.test_cli import cli as _cli
+
+PROFILE = {"name": "swept", "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(PROFILE))
+    return profile
+
+
+def cli(*args):
+    out = _cli(*args)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def copy(tmp_path, name, as_name=None):
+    target = tmp_path / (as_name or name)
+    shutil.copytree(SYSROOTS / name, target, symlinks=True)
+    return target
+
+
+def without_journal(root):
+    shutil.rmtree(root / "var", ignore_errors=True)
+    return tree_hash(root)
+
+
+def test_check_apply_audit_restore_round_trip(tmp_path, state):
+    host = copy(tmp_path, "h100-x86")
+    pristine = tree_hash(host)
+    out = cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile", str(state),
+              "--check", "--format", "json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 0 and doc["run_id"] is None
+    assert doc["hosts"]["h100-x86"]["changed"][0]["knob"] == "nccl_conf"
+    assert tree_hash(host) == pristine
+
+    drift = cli("audit", "--sysroot", str(host), "--profile", str(state), "--layer", "fabric")
+    assert drift.returncode == 1 and "DRIFT  fabric/nccl_conf: 1/1 hosts" in drift.stdout
+    assert tree_hash(host) == pristine
+
+    applied = json.loads(cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile",
+                             str(state), "--format", "json").stdout)
+    run_id = applied["run_id"]
+    change = applied["hosts"]["h100-x86"]["changed"][0]["changes"][0]
+    assert change["path"] == "/etc/nccl.conf" and "NCCL_IB_QPS_PER_CONNECTION=4" in change["after"]
+    assert (host / f"var/lib/exemplar-tune/journal/{run_id}.json").is_file()
+
+    again = cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile", str(state))
+    assert "changed nothing" in again.stdout
+    assert cli("audit", "--sysroot", str(host), "--profile", str(state),
+               "--layer", "fabric").returncode == 0
+
+    restored = cli("restore", "--run", "latest")
+    assert restored.returncode == 0 and f"restore of run {run_id}" in restored.stdout
+    assert without_journal(host) == pristine
+
+
+@pytest.mark.parametrize("args, message", [
+    (["restore", "--run", "nope"], "no run 'nope'"),
+    (["apply", "--layer", "workload"], "invalid choice: 'workload'"),
+    (["apply", "--layer", "fabric", "--profile", "missing-profile"], "not found"),
+])
+def test_bad_input_exit_2(state, args, message):
+    out = cli(*args)
+    assert out.returncode == 2 and message in out.stderr
+
+
+def test_apply_needs_a_directory_not_an_archive(tmp_path, state):
+    archive = tmp_path / "h.tar.gz"
+    archive.write_bytes(b"")
+    out = cli("apply", "--layer", "fabric", "--sysroot", str(archive), "--profile", str(state))
+    assert out.returncode == 2 and "changes need a directory" in out.stderr
+
+
+def test_corrupted_journal_stops_before_writing(tmp_path, state):
+    host = copy(tmp_path, "h100-x86")
+    journal = host / "var/lib/exemplar-tune/journal/r1.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_text("{broken")
+    before = tree_hash(host)
+    out = cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile", str(state),
+              "--run-id", "r1")
+    assert out.returncode == 1
+    assert "FAILED: /var/lib/exemplar-tune/journal/r1.json: corrupted (not JSON)" in out.stdout
+    assert tree_hash(host) == before
+
+
+def test_audit_groups_drift_across_a_fleet(tmp_path, state):
+    hosts = {"n1": copy(tmp_path, "h100-x86", "n1"), "n2": copy(tmp_path, "h100-x86", "n2"),
+             "n3": copy(tmp_path, "healthy-h100", "n3")}
+    inventory = {"all": {"vars": {"ansible_connection": "local",
+                                  "ansible_python_interpreter": sys.executable},
+                         "hosts": {n: {"exemplar_sysroot": str(p)} for n, p in hosts.items()}}}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    out = cli("audit", "-i", str(path), "--profile", str(state), "--layer", "fabric",
+              "--format", "json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert doc["drift"] == [{"layer": "fabric", "knob": "nccl_conf", "hosts": ["n1", "n2"],
+                             "count": 2, "total": 3}]
