@@ -172,7 +172,7 @@ def _add_apply(sub: argparse._SubParsersAction) -> None:
                      help="targets (default h100-x86)")
     cmd.add_argument("--check", action="store_true", help="show what would change; write nothing")
     cmd.add_argument("--diff", action="store_true",
-                     help="accepted for symmetry with ansible-playbook (diffs are always kept)")
+                     help="table format: show each changed file or value as a unified diff")
     cmd.add_argument("--run-id", metavar="ID", help="name the run (default: time + random)")
     cmd.set_defaults(func=cmd_apply)
 

@@ -8,6 +8,7 @@ document per command, with the hosts that failed or could not be reached kept ap
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -96,7 +97,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         record_run({"run_id": run_id, "layer": args.layer, "at": time.time(),
                     "inventory": args.inventory, "sysroot": args.sysroot, "limit": args.limit,
                     "hosts": sorted(h for h, d in result["hosts"].items() if d["changed"])})
-    _emit(args, doc, _apply_lines(doc))
+    _emit(args, doc, _apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
 
@@ -141,7 +142,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if drift else EXIT_OK
 
 
-def _apply_lines(doc: dict[str, Any]) -> list[str]:
+def _apply_lines(doc: dict[str, Any], show_diff: bool) -> list[str]:
     verb = "would change" if doc["check"] else "changed"
     head = f"apply {doc['layer']} (profile {doc['profile']})"
     lines = [head + ("" if doc["check"] else f", run id {doc['run_id']}")]
@@ -152,10 +153,20 @@ def _apply_lines(doc: dict[str, Any]) -> list[str]:
         knobs = ", ".join(k["knob"] for k in data["changed"]) or "nothing"
         reboot = "; REBOOT REQUIRED to take effect" if data["reboot_required"] else ""
         lines.append(f"  {host}: {verb} {knobs}{reboot}")
+        if show_diff:
+            lines += [line for knob in data["changed"] for change in knob["changes"]
+                      for line in _diff_lines(change)]
     lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
     if not doc["check"] and doc["run_id"]:
         lines.append(f"undo with: exemplar-tune restore --run {doc['run_id']}")
     return lines
+
+
+def _diff_lines(change: dict[str, str]) -> list[str]:
+    diff = difflib.unified_diff(change["before"].splitlines(), change["after"].splitlines(),
+                                f"{change['path']} (before)", f"{change['path']} (after)",
+                                lineterm="")
+    return [f"      {line}" for line in diff]
 
 
 def _short(text: str) -> str:
