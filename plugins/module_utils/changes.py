@@ -124,12 +124,23 @@ def entry_for(root: Sysroot, change: Change, layer: str, knob: str) -> dict[str,
         previous = read_current(root, change)
         return dict(base, kind="file", path=root.display(change.path),
                     existed=previous is not None, previous=encode(previous),
-                    mode=root.file_mode(change.path), after=encode(change.content))
+                    mode=root.file_mode(change.path), after=encode(change.content),
+                    created_dirs=_missing_parents(root, change.path))
     if isinstance(change, AttrChange):
         return dict(base, kind="attr", path=root.display(change.path),
                     previous=root.read_text(change.path, strip=False), after=change.value)
     return dict(base, kind="command", path=change.label, previous=change.current,
                 after=change.desired, undo=change.undo)
+
+
+def _missing_parents(root: Sysroot, path: str) -> list[str]:
+    """Parent directories of ``path`` that do not exist yet, deepest first."""
+    missing = []
+    parent = root.display(path).rsplit("/", 1)[0]
+    while parent and not root.exists(parent):
+        missing.append(parent)
+        parent = parent.rsplit("/", 1)[0]
+    return missing
 
 
 def _write(root: Sysroot, change: Change) -> None:
@@ -206,6 +217,8 @@ def restore_entries(root: Sysroot, journal: Journal, entries: list[dict[str, Any
             continue
         try:
             _write(root, change)
+            for directory in entry.get("created_dirs", []) if change_removes(change) else []:
+                root.remove_empty_dir(directory)
             result["restored"].append(entry["seq"])
         except (OSError, HostStateError) as exc:
             reason = exc.reason if isinstance(exc, HostStateError) else (exc.strerror or str(exc))
@@ -213,6 +226,11 @@ def restore_entries(root: Sysroot, journal: Journal, entries: list[dict[str, Any
     if not check_mode and result["restored"]:
         journal.mark_restored(result["restored"])
     return result
+
+
+def change_removes(change: Change) -> bool:
+    """True for a file change that deletes the file."""
+    return isinstance(change, FileChange) and change.content is None
 
 
 def _undo_change(entry: dict[str, Any]) -> Change:

@@ -217,6 +217,11 @@ class Sysroot:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(rel))
 
+    def remove_empty_dir(self, rel: str) -> None:
+        """Remove a directory if it is empty; otherwise (or absent) leave it."""
+        with contextlib.suppress(OSError):
+            os.rmdir(self.path(rel))
+
     def file_mode(self, rel: str) -> int | None:
         """Permission bits of a file, ``None`` when absent."""
         try:
