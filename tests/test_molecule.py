@@ -26,6 +26,9 @@ def test_scenario(scenario, tmp_path):
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}",
                EXEMPLAR_COLLECTIONS_PATH=os.environ["ANSIBLE_COLLECTIONS_PATH"],
                EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    # scenarios have no create/destroy: reset any state a previous run left behind
+    subprocess.run([f"{bindir}/molecule", "reset", "-s", scenario], cwd=REPO, env=env,
+                   capture_output=True, text=True, timeout=300, check=False)
     out = subprocess.run([f"{bindir}/molecule", "test", "-s", scenario], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
