@@ -51,6 +51,8 @@ class HostResult:
         if status in ("failed", "unreachable") and self.status != "unreachable":
             self.status = status
             lines = str(res.get("msg", "")).strip().splitlines()
+            if res.get("argument_errors"):  # role argument specs: the useful part is here
+                lines = ["; ".join(str(e) for e in res["argument_errors"])]
             self.message = lines[0] if lines else status
 
 

@@ -1,0 +1,135 @@
+#!/usr/bin/python
+"""exemplar.tune.tuned_profile: switch TuneD's active profile, journaled."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tuned_profile
+short_description: Switch the active TuneD profile, with journal and restore
+description:
+  - On a live host (C(sysroot=/)) reads the active profile with C(tuned-adm active) and, when
+    it differs, runs C(tuned-adm profile <profile>); the journal records
+    C(tuned-adm profile <previous>) as the undo command. TuneD keeps running - it is never
+    stopped or killed, so the settings of the new profile take over at once.
+  - With a sysroot no command is run - the module writes C(/etc/tuned/active_profile)
+    (C(<profile>)) and C(/etc/tuned/profile_mode) (C(manual)) as C(tuned-adm) would.
+  - The profile must exist (in C(/etc/tuned) or C(/usr/lib/tuned)) before it is selected;
+    write a child profile first with M(exemplar.tune.managed_file).
+version_added: "0.1.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+options:
+  profile:
+    description: Name of the profile to make active (several names separated by spaces).
+    type: str
+    required: true
+extends_documentation_fragment:
+  - exemplar.tune.knob
+"""
+
+EXAMPLES = r"""
+- name: Switch to the child profile that drops force_latency
+  exemplar.tune.tuned_profile:
+    profile: accelerator-performance-no-force-latency
+    layer: cpu
+    knob: tuned_profile
+    run_id: "{{ exemplar_run_id }}"
+"""
+
+RETURN = r"""
+previous:
+  description: The active profile(s) before the switch (null when none was active).
+  returned: always
+  type: str
+changes:
+  description: The profile switch (live) or the files written (sysroot), before and after.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import re
+
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    Change,
+    CommandChange,
+    FileChange,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    NotSupported,
+    ParseError,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
+    knob_module,
+    run_knob,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
+    ACTIVE_PROFILE,
+    PROFILE_MODE,
+    find_profile,
+    parse_active_profile,
+)
+
+ACTIVE_LINE = re.compile(r"^Current active profile:\s*(.*?)\s*$", re.MULTILINE)
+
+
+def parse_tuned_adm_active(text: str) -> str | None:
+    """``tuned-adm active`` output -> the active profile(s); ``None`` when none is active."""
+    found = ACTIVE_LINE.search(text)
+    if found is None:
+        if "No current active profile" in text:
+            return None
+        raise ParseError("tuned-adm active", text, "no 'Current active profile:' line")
+    return " ".join(found.group(1).split()) or None
+
+
+def live_active() -> str | None:
+    """The active profile(s) of the running TuneD."""
+    out = run_command(["tuned-adm", "active"])
+    if out.rc != 0 and "No current active profile" not in out.stdout:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        raise NotSupported("tuned-adm active", f"exit {out.rc}: {lines[-1] if lines else ''}")
+    return parse_tuned_adm_active(out.stdout)
+
+
+def sysroot_changes(root: Sysroot, profile: str) -> list[Change]:
+    """The files ``tuned-adm profile`` writes, as the engine's file changes."""
+    return [FileChange(ACTIVE_PROFILE, f"{profile}\n".encode(),
+                       root.file_mode(ACTIVE_PROFILE) or 0o644),
+            FileChange(PROFILE_MODE, b"manual\n", root.file_mode(PROFILE_MODE) or 0o644)]
+
+
+def main() -> None:
+    """Module entry point."""
+    module = knob_module({"profile": {"type": "str", "required": True}})
+    params = module.params
+    profile = " ".join(params["profile"].split())
+    live = params["sysroot"] == "/"
+    previous: list[str | None] = [None]
+
+    def plan(root: Sysroot) -> list[Change]:
+        names = parse_active_profile(profile, "option profile")
+        if not names:
+            raise ParseError("option profile", params["profile"], "no profile name")
+        if not module.check_mode:
+            missing = [name for name in names if find_profile(root, name) is None]
+            if missing:
+                raise NotSupported(root.display(f"etc/tuned/{missing[0]}/tuned.conf"),
+                                   "profile not found; write it before switching to it")
+        if not live:
+            text = root.read_optional(ACTIVE_PROFILE)
+            previous[0] = " ".join(text.split()) if text else None
+            return sysroot_changes(root, profile)
+        previous[0] = live_active()
+        if previous[0] is None:
+            undo = ["tuned-adm", "off"]
+        else:
+            undo = ["tuned-adm", "profile", *previous[0].split()]
+        return [CommandChange("tuned-adm profile", previous[0] or "", profile,
+                              ["tuned-adm", "profile", *names], undo)]
+
+    run_knob(module, plan, previous=lambda: previous[0])
+
+
+if __name__ == "__main__":
+    main()
