@@ -43,8 +43,7 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
     hosts: dict[str, dict[str, Any]] = {}
     for host, result in outcome.hosts.items():
         knobs = []
-        for task in result.tasks:
-            res = task["result"]
+        for res in _module_results(result.tasks):
             if "knob" in res and res.get("changed"):
                 knobs.append({"layer": res["layer"], "knob": res["knob"],
                               "changes": res.get("changes", []),
@@ -52,9 +51,18 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
         hosts[host] = {
             "status": result.status, "error": result.message or None,
             "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs),
-            "restored": [s for t in result.tasks for s in t["result"].get("restored", [])],
+            "restored": [s for r in _module_results(result.tasks) for s in r.get("restored", [])],
         }
     return hosts
+
+
+def _module_results(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each module result, with the items of loop tasks taken one by one."""
+    found = []
+    for task in tasks:
+        res = task["result"]
+        found += res["results"] if isinstance(res.get("results"), list) else [res]
+    return [r for r in found if isinstance(r, dict)]
 
 
 def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
@@ -71,10 +79,10 @@ def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[
 
 def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Knobs that drift, grouped across hosts: ``{layer, knob, hosts, count, total}``."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], set[str]] = {}
     for host, data in hosts.items():
         for knob in data["changed"]:
-            groups.setdefault((knob["layer"], knob["knob"]), []).append(host)
+            groups.setdefault((knob["layer"], knob["knob"]), set()).add(host)
     total = len(hosts)
     return [{"layer": layer, "knob": knob, "hosts": sorted(names), "count": len(names),
              "total": total} for (layer, knob), names in groups.items()]

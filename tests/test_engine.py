@@ -139,3 +139,12 @@ def test_grub_edit_removes_from_both_and_adds_to_linux():
     assert read_variable(new, "GRUB_CMDLINE_LINUX_DEFAULT") == "quiet"
     assert read_variable(new, "GRUB_CMDLINE_LINUX") == "ro iommu=pt"
     assert edit_grub(new, ["intel_idle.max_cstate", "idle"], {"iommu": "pt"}) == new
+
+
+@pytest.mark.parametrize("text, syntax", [
+    ("IRQBALANCE_BANNED_CPULIST=1-3,5-7\n", "shell"),
+    ("IRQBALANCE_BANNED_CPULIST='1-3,5-7'\n", "shell"),
+    ('export IRQBALANCE_BANNED_CPULIST="1-3,5-7"\n', "shell"),
+])
+def test_a_key_already_set_to_the_value_is_left_as_written(text, syntax):
+    assert edit_text(text, {"IRQBALANCE_BANNED_CPULIST": "1-3,5-7"}, syntax) == text

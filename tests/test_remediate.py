@@ -116,3 +116,37 @@ def test_audit_groups_drift_across_a_fleet(tmp_path, state):
     assert out.returncode == 1
     assert doc["drift"] == [{"layer": "fabric", "knob": "nccl_conf", "hosts": ["n1", "n2"],
                              "count": 2, "total": 3}]
+
+
+def test_audit_of_the_fixture_fleet_reports_exactly_their_drift(tmp_path, monkeypatch):
+    """Every layer, a problem host and the reference host: the drift is the problem host's."""
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = {"name": "site-h100",
+               "gpu": {"count": 8, "product_contains": "H100", "persistence_mode": True},
+               "vm": {"iommu_default_domain": "identity"},
+               "cpu": {"deep_cstates": True, "governor": "performance", "turbo": True,
+                       "housekeeping_confined": True, "housekeeping_cpus": "0,4",
+                       "numa_balancing": 0},
+               "runtime": {"nccl_topo_file": "/etc/nccl/topo.xml", "require_in_container": True},
+               "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
+    hosts = {"problem": copy(tmp_path, "h100-x86", "problem"),
+             "reference": copy(tmp_path, "healthy-h100", "reference")}
+    before = {name: tree_hash(path) for name, path in hosts.items()}
+    inventory = {"all": {"vars": {"ansible_connection": "local",
+                                  "ansible_python_interpreter": sys.executable,
+                                  # both fixtures keep their Slurm job under system.slice
+                                  "cpu_housekeeping_allow_job_units": True},
+                         "hosts": {n: {"exemplar_sysroot": str(p)} for n, p in hosts.items()}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    out = cli("audit", "-i", str(tmp_path / "hosts.yml"), "--profile",
+              str(tmp_path / "profile.yaml"), "--format", "json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert [(g["layer"], g["knob"], g["hosts"]) for g in doc["drift"]] == [
+        ("gpu", "persistence_mode", ["problem"]), ("cpu", "deep_cstates", ["problem"]),
+        ("cpu", "tuned_profile", ["problem"]), ("cpu", "housekeeping", ["problem"]),
+        ("cpu", "numa_balancing", ["problem"]), ("runtime", "enroot_topo", ["problem"]),
+        ("fabric", "nccl_conf", ["problem"])]
+    assert doc["hosts"]["reference"]["changed"] == []
+    assert {name: tree_hash(path) for name, path in hosts.items()} == before

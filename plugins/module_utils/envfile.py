@@ -14,6 +14,7 @@ that defines it. Comments, blank lines, other keys and line endings are kept byt
 from __future__ import annotations
 
 import re
+import shlex
 
 SHELL_KEY = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 
@@ -37,8 +38,23 @@ def render_line(key: str, value: str, syntax: str, newline: str) -> str:
     return f'{key}="{escaped}"{newline}'
 
 
+def line_value(line: str, syntax: str) -> str:
+    """The value a line assigns, as the file's reader sees it (shell: quotes removed)."""
+    value = line.rstrip("\r\n").split("=", 1)[1]
+    if syntax == "shell":
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            return value
+        return " ".join(words)
+    return value
+
+
 def edit_text(text: str, settings: dict[str, str | None], syntax: str) -> str:
-    """``text`` with each key set to its value (``None``: removed)."""
+    """``text`` with each key set to its value (``None``: removed).
+
+    A key whose effective line already assigns the value is left as written.
+    """
     lines = text.splitlines(keepends=True)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     for key, value in settings.items():
@@ -47,8 +63,11 @@ def edit_text(text: str, settings: dict[str, str | None], syntax: str) -> str:
             lines = [line for i, line in enumerate(lines) if i not in where]
             continue
         new = render_line(key, value, syntax, newline)
+        effective = (where[0] if syntax == "nccl" else where[-1]) if where else None
+        if effective is not None and line_value(lines[effective], syntax) == value:
+            continue
         if where:
-            lines[where[0] if syntax == "nccl" else where[-1]] = new
+            lines[effective] = new
         else:
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += newline
