@@ -43,7 +43,10 @@ def test_wheel_in_fresh_venv(tmp_path):
                  "exemplar_tune/cli.py", "exemplar_tune/profiles/h100-x86.yaml",
                  "exemplar_tune/profiles/schema.json",
                  "exemplar_tune/schemas/preflight-result.schema.json",
-                 "exemplar_tune/checks/cpu.py", "exemplar_tune/diagnose/perf.py"):
+                 "exemplar_tune/checks/cpu.py", "exemplar_tune/diagnose/perf.py",
+                 "ansible_collections/exemplar/tune/roles/cpu/tasks/main.yml",
+                 "ansible_collections/exemplar/tune/plugins/lookup/layers.py",
+                 "ansible_collections/exemplar/tune/playbooks/audit.yml"):
         assert part in names, part
     assert not any(n.startswith(("tests/", "ansible_collections/exemplar/tune/tests/"))
                    for n in names)
@@ -70,3 +73,9 @@ def test_wheel_in_fresh_venv(tmp_path):
                 "-e", '{"exemplar_layers": ["vm"]}'], dict(clean, PATH=f"{venv}/bin:/usr/bin:/bin"),
                cwd=tmp_path)
     assert "failed=0" in out.stdout and "vm: " in out.stdout
+
+    # the roles, the lookup and the audit playbook ship too (check mode: nothing is written)
+    out = _run([str(venv / "bin/exemplar-tune"), "audit", "--layer", "fabric", "--format",
+                "json"], dict(clean, EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state")),
+               cwd=tmp_path)
+    assert json.loads(out.stdout)["drift"] == []
