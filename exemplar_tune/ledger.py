@@ -1,0 +1,516 @@
+"""The experiment ledger: one SQLite file that records every tuning and apply run.
+
+Default ``<state_dir>/ledger.sqlite3`` (see :func:`exemplar_tune.runs.state_dir`). An
+*experiment* is one controller invocation (``apply`` or ``tune``); it tests *layers* in order,
+each applied under its own host-journal run id, and records per-host results, benchmark
+*samples* for the baseline and candidate arms, the keep/restore *decision* and a timeline of
+*events*. Everything needed to inspect, resume or roll back a run after the controller dies is
+here; what changed on each host stays authoritative in that host's journal.
+
+Durability: WAL mode, ``synchronous=FULL``, foreign keys on, and every write is one
+``BEGIN IMMEDIATE`` transaction, so a SIGKILL at any point leaves a consistent file. The schema
+is versioned with ``PRAGMA user_version`` and migrated on open; ``PRAGMA application_id`` marks
+the file as ours. A file that is not a readable ledger is a ``UserError`` naming the path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from exemplar_tune.errors import UserError
+from exemplar_tune.runs import new_run_id, state_dir
+
+APPLICATION_ID = 0x45544C47  # "ETLG"
+KINDS = ("apply", "tune")
+EXPERIMENT_STATUSES = ("running", "finished", "failed", "rolled_back", "interrupted")
+LAYER_STATUSES = ("pending", "baseline", "applied", "measuring", "kept", "restored", "failed",
+                  "skipped")
+LAYER_DONE = ("kept", "restored", "failed", "skipped")
+ARMS = ("baseline", "candidate")
+ACTIONS = ("keep", "restore")
+LEVELS = ("debug", "info", "warning", "error")
+LAYER_FIELDS = ("run_id", "reboot_required", "started_at", "finished_at")
+
+
+def _in(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+# One tuple of statements per schema version; index 0 migrates user_version 0 -> 1.
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((
+    f"""CREATE TABLE experiments (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN {_in(KINDS)}),
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL CHECK (status IN {_in(EXPERIMENT_STATUSES)}),
+    profile_name TEXT,
+    target_json TEXT NOT NULL,
+    controller_pid INTEGER NOT NULL,
+    controller_host TEXT NOT NULL,
+    options_json TEXT NOT NULL
+)""",
+    f"""CREATE TABLE layers (
+    experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+    layer TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN {_in(LAYER_STATUSES)}),
+    reboot_required INTEGER NOT NULL DEFAULT 0 CHECK (reboot_required IN (0, 1)),
+    started_at TEXT,
+    finished_at TEXT,
+    PRIMARY KEY (experiment_id, layer)
+)""",
+    """CREATE TABLE hosts (
+    id INTEGER PRIMARY KEY,
+    experiment_id TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    host TEXT NOT NULL,
+    changed_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    recorded_at TEXT NOT NULL,
+    FOREIGN KEY (experiment_id, layer) REFERENCES layers(experiment_id, layer) ON DELETE CASCADE
+)""",
+    f"""CREATE TABLE samples (
+    id INTEGER PRIMARY KEY,
+    experiment_id TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    arm TEXT NOT NULL CHECK (arm IN {_in(ARMS)}),
+    shape TEXT NOT NULL,
+    run_index INTEGER NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    samples_json TEXT NOT NULL,
+    log_path TEXT,
+    seconds REAL,
+    recorded_at TEXT NOT NULL,
+    UNIQUE (experiment_id, layer, arm, shape, run_index),
+    FOREIGN KEY (experiment_id, layer) REFERENCES layers(experiment_id, layer) ON DELETE CASCADE
+)""",
+    f"""CREATE TABLE decisions (
+    experiment_id TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN {_in(ACTIONS)}),
+    reason TEXT NOT NULL,
+    comparisons_json TEXT NOT NULL,
+    decided_at TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, layer),
+    FOREIGN KEY (experiment_id, layer) REFERENCES layers(experiment_id, layer) ON DELETE CASCADE
+)""",
+    f"""CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+    at TEXT NOT NULL,
+    level TEXT NOT NULL CHECK (level IN {_in(LEVELS)}),
+    message TEXT NOT NULL
+)""",
+    "CREATE INDEX experiments_started ON experiments(started_at)",
+    "CREATE INDEX hosts_layer ON hosts(experiment_id, layer)",
+    "CREATE INDEX events_experiment ON events(experiment_id, id)",
+),)
+SCHEMA_VERSION = len(MIGRATIONS)
+_T = TypeVar("_T")
+
+
+def default_path() -> Path:
+    """``<state_dir>/ledger.sqlite3``."""
+    return state_dir() / "ledger.sqlite3"
+
+
+def _now() -> str:
+    """UTC, ISO 8601 with microseconds: sorts as text."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust kill(0)
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _row(row: sqlite3.Row, drop: tuple[str, ...] = ("experiment_id",)) -> dict[str, Any]:
+    """A row as a dict: ``*_json`` columns decoded under their short name, flags as bools."""
+    out: dict[str, Any] = {}
+    for key, value in zip(row.keys(), tuple(row), strict=True):
+        if key in drop:
+            continue
+        if key.endswith("_json"):
+            out[key.removesuffix("_json")] = json.loads(value)
+        elif key == "reboot_required":
+            out[key] = bool(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Report SQLite failures (corruption, a lock held too long ...) as one line naming the file.
+
+    Integrity errors are left alone: the methods turn the expected ones into ``ValueError``.
+    """
+    @functools.wraps(method)
+    def wrapper(self: Ledger, *args: Any, **kwargs: Any) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{self.path}: ledger error: {exc}") from None
+    return wrapper
+
+
+class Ledger:
+    """One open ledger file. Use as a context manager; every method is one transaction.
+
+    Unknown experiment ids or layers raise ``UserError``; invalid enum values (a status, an
+    arm ...) and duplicate records are programming errors and raise ``ValueError``.
+    """
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._configure()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise self._unreadable(exc) from None
+        except UserError:
+            self._conn.close()
+            raise
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (committed data is already on disk)."""
+        self._conn.close()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _unreadable(self, exc: Exception) -> UserError:
+        return UserError(f"{self.path}: not a readable exemplar-tune ledger ({exc})")
+
+    def _configure(self) -> None:
+        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise UserError(f"{self.path}: cannot use WAL mode (got {mode})")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema; a no-op when already current."""
+        with self._write():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if app_id != APPLICATION_ID and (version or tables):
+                raise UserError(f"{self.path}: an SQLite file, but not an exemplar-tune ledger")
+            if version > SCHEMA_VERSION:
+                raise UserError(f"{self.path}: ledger schema v{version} is newer than this "
+                                f"exemplar-tune understands (v{SCHEMA_VERSION}); upgrade it")
+            if version == SCHEMA_VERSION:
+                return
+            for statements in MIGRATIONS[version:]:
+                for statement in statements:
+                    self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed on success, rolled back on any exception."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction, so that a multi-table read sees one snapshot."""
+        self._conn.execute("BEGIN")
+        try:
+            yield self._conn
+        finally:
+            self._conn.execute("COMMIT")
+
+    def _require_experiment(self, exp: str) -> None:
+        found = self._conn.execute("SELECT 1 FROM experiments WHERE id = ?", (exp,)).fetchone()
+        if not found:
+            raise UserError(f"no experiment {exp!r} in {self.path}")
+
+    def _require_layer(self, exp: str, layer: str) -> None:
+        self._require_experiment(exp)
+        found = self._conn.execute("SELECT 1 FROM layers WHERE experiment_id = ? AND layer = ?",
+                                   (exp, layer)).fetchone()
+        if not found:
+            raise UserError(f"no layer {layer!r} in experiment {exp!r} in {self.path}")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @_guarded
+    def start_experiment(self, kind: str, profile_name: str | None, target: Mapping[str, Any],
+                         options: Mapping[str, Any]) -> str:
+        """Record a new ``running`` experiment owned by this process; return its id.
+
+        ``target`` is what reaches the same hosts again (inventory path, limit, sysroot) and
+        ``options`` the settings the loop runs with; both must be JSON-serialisable.
+        """
+        _check(kind, KINDS, "experiment kind")
+        row = (kind, _now(), profile_name, json.dumps(dict(target), sort_keys=True), os.getpid(),
+               socket.gethostname(), json.dumps(dict(options), sort_keys=True))
+        with self._write() as conn:
+            while True:
+                exp = new_run_id()
+                try:
+                    conn.execute("INSERT INTO experiments (id, kind, started_at, status, "
+                                 "profile_name, target_json, controller_pid, controller_host, "
+                                 "options_json) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                                 (exp, *row))
+                except sqlite3.IntegrityError:
+                    continue  # same second, same 16 random bits: draw again
+                return exp
+
+    @_guarded
+    def resume_experiment(self, exp: str) -> None:
+        """Take over an unfinished experiment: ``running`` again, owned by this process."""
+        with self._write() as conn:
+            self._require_experiment(exp)
+            conn.execute("UPDATE experiments SET status = 'running', finished_at = NULL, "
+                         "controller_pid = ?, controller_host = ? WHERE id = ?",
+                         (os.getpid(), socket.gethostname(), exp))
+
+    @_guarded
+    def add_layer(self, exp: str, layer: str, position: int, run_id: str) -> None:
+        """Add ``layer`` as ``pending`` at ``position``, applied under host-journal ``run_id``."""
+        with self._write() as conn:
+            self._require_experiment(exp)
+            try:
+                conn.execute("INSERT INTO layers (experiment_id, layer, position, run_id) "
+                             "VALUES (?, ?, ?, ?)", (exp, layer, position, run_id))
+            except sqlite3.IntegrityError:
+                raise ValueError(f"layer {layer!r} is already in experiment {exp!r}") from None
+
+    @_guarded
+    def set_layer_status(self, exp: str, layer: str, status: str, **fields: Any) -> None:
+        """Move ``layer`` to ``status``; ``fields`` may set run_id, reboot_required,
+        started_at, finished_at. ``started_at`` is stamped the first time a layer leaves
+        ``pending`` and ``finished_at`` when it reaches kept/restored/failed/skipped, unless
+        given explicitly."""
+        _check(status, LAYER_STATUSES, "layer status")
+        unknown = sorted(set(fields) - set(LAYER_FIELDS))
+        if unknown:
+            raise ValueError(f"set_layer_status: unknown field(s) {', '.join(unknown)}")
+        values = {"status": status, **fields}
+        if "reboot_required" in values:
+            values["reboot_required"] = int(bool(values["reboot_required"]))
+        sets = [f"{key} = ?" for key in values]
+        params = list(values.values())
+        if status != "pending" and "started_at" not in fields:
+            sets.append("started_at = COALESCE(started_at, ?)")
+            params.append(_now())
+        if status in LAYER_DONE and "finished_at" not in fields:
+            sets.append("finished_at = ?")
+            params.append(_now())
+        sql = f"UPDATE layers SET {', '.join(sets)} WHERE experiment_id = ? AND layer = ?"  # noqa: S608
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            conn.execute(sql, (*params, exp, layer))
+
+    @_guarded
+    def record_hosts(self, exp: str, layer: str, host_results: Mapping[str, Mapping[str, Any]],
+                     ) -> None:
+        """Append one row per host: ``{host: {"status": str, "changed": <JSON>, "error":
+        str | None}}``. Rows are never overwritten, so an apply and a later restore of the
+        same layer both stay on record (newest last)."""
+        now = _now()
+        rows = [(exp, layer, host, json.dumps(result.get("changed"), sort_keys=True),
+                 str(result["status"]), result.get("error") or None, now)
+                for host, result in sorted(host_results.items())]
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            conn.executemany("INSERT INTO hosts (experiment_id, layer, host, changed_json, "
+                             "status, error, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    @_guarded
+    def add_sample(self, exp: str, layer: str, arm: str, shape: str, run_index: int,
+                   value: float, unit: str, samples: list[float], log_path: str | None,
+                   seconds: float | None) -> None:
+        """Record one benchmark run: its summary ``value`` and the within-run ``samples``.
+
+        A second sample for the same (layer, arm, shape, run_index) is a ``ValueError``.
+        """
+        _check(arm, ARMS, "arm")
+        row = (exp, layer, arm, shape, int(run_index), float(value), unit,
+               json.dumps([float(s) for s in samples]),
+               None if log_path is None else str(log_path), seconds, _now())
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            try:
+                conn.execute("INSERT INTO samples (experiment_id, layer, arm, shape, run_index, "
+                             "value, unit, samples_json, log_path, seconds, recorded_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.IntegrityError:
+                raise ValueError(f"sample {arm}/{shape}/{run_index} of layer {layer!r} is "
+                                 f"already recorded in experiment {exp!r}") from None
+
+    @_guarded
+    def record_decision(self, exp: str, layer: str, action: str, reason: str,
+                        comparisons: Any) -> None:
+        """Record the keep/restore decision for ``layer`` (once) with its evidence."""
+        _check(action, ACTIONS, "decision")
+        row = (exp, layer, action, reason, json.dumps(comparisons, sort_keys=True), _now())
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            try:
+                conn.execute("INSERT INTO decisions (experiment_id, layer, action, reason, "
+                             "comparisons_json, decided_at) VALUES (?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.IntegrityError:
+                raise ValueError(f"layer {layer!r} of experiment {exp!r} already has a "
+                                 "decision") from None
+
+    @_guarded
+    def log_event(self, exp: str, level: str, message: str) -> None:
+        """Append one line to the experiment's timeline."""
+        _check(level, LEVELS, "event level")
+        with self._write() as conn:
+            self._require_experiment(exp)
+            conn.execute("INSERT INTO events (experiment_id, at, level, message) "
+                         "VALUES (?, ?, ?, ?)", (exp, _now(), level, message))
+
+    @_guarded
+    def finish(self, exp: str, status: str) -> None:
+        """Close the experiment as finished, failed, rolled_back or interrupted."""
+        _check(status, EXPERIMENT_STATUSES[1:], "final status")
+        with self._write() as conn:
+            self._require_experiment(exp)
+            conn.execute("UPDATE experiments SET status = ?, finished_at = ? WHERE id = ?",
+                         (status, _now(), exp))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @_guarded
+    def unfinished(self) -> list[dict[str, Any]]:
+        """``running`` experiments whose controller is gone or cannot be checked, oldest first.
+
+        Each has ``controller_alive``: ``False`` when its pid is dead on this host, ``None``
+        when it ran on another host (it may still be running there). Experiments whose
+        controller is alive on this host are in progress, not unfinished, and are left out.
+        """
+        here = socket.gethostname()
+        out = []
+        rows = self._conn.execute("SELECT * FROM experiments WHERE status = 'running' "
+                                  "ORDER BY started_at, rowid").fetchall()
+        for row in rows:
+            experiment = _row(row, drop=())
+            if row["controller_host"] != here:
+                experiment["controller_alive"] = None
+            elif pid_alive(row["controller_pid"]):
+                continue
+            else:
+                experiment["controller_alive"] = False
+            out.append(experiment)
+        return out
+
+    @_guarded
+    def history(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest ``limit`` experiments, newest first, each with its layer count."""
+        rows = self._conn.execute(
+            "SELECT e.*, (SELECT count(*) FROM layers l WHERE l.experiment_id = e.id) AS layers "
+            "FROM experiments e ORDER BY e.started_at DESC, e.rowid DESC LIMIT ?", (limit,))
+        return [_row(row, drop=()) for row in rows]
+
+    def _resolve(self, exp: str) -> str:
+        if exp != "latest":
+            self._require_experiment(exp)
+            return exp
+        row = self._conn.execute("SELECT id FROM experiments "
+                                 "ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
+        if row is None:
+            raise UserError(f"no experiment recorded yet in {self.path}")
+        return row["id"]
+
+    @_guarded
+    def show(self, exp: str) -> dict[str, Any]:
+        """Everything about one experiment (or ``latest``), JSON-ready: ``experiment`` plus
+        ``layers``, ``hosts``, ``samples``, ``decisions`` and ``events`` in recorded order."""
+        with self._read():
+            return self._show(self._resolve(exp))
+
+    def _show(self, exp: str) -> dict[str, Any]:
+        def rows(table: str, order: str) -> list[dict[str, Any]]:
+            sql = f"SELECT * FROM {table} WHERE experiment_id = ? ORDER BY {order}"  # noqa: S608
+            cursor = self._conn.execute(sql, (exp,))
+            return [_row(row) for row in cursor]
+
+        experiment = self._conn.execute("SELECT * FROM experiments WHERE id = ?", (exp,))
+        return {
+            "experiment": _row(experiment.fetchone(), drop=()),
+            "layers": rows("layers", "position, layer"),
+            "hosts": [_drop_id(r) for r in rows("hosts", "id")],
+            "samples": [_drop_id(r) for r in rows("samples", "layer, arm, shape, run_index")],
+            "decisions": rows("decisions", "decided_at"),
+            "events": [_drop_id(r) for r in rows("events", "id")],
+        }
+
+    @_guarded
+    def export(self, exp: str | None = None) -> dict[str, Any]:
+        """A JSON-serialisable dump: one experiment, or all of them oldest first."""
+        with self._read():
+            if exp is not None:
+                ids = [self._resolve(exp)]
+            else:
+                ids = [row["id"] for row in self._conn.execute(
+                    "SELECT id FROM experiments ORDER BY started_at, rowid")]
+            return {"ledger": str(self.path), "schema_version": SCHEMA_VERSION,
+                    "experiments": [self._show(i) for i in ids]}
+
+    @_guarded
+    def samples_for(self, exp: str, layer: str) -> dict[str, dict[str, list[float]]]:
+        """The run values of ``layer`` as ``{arm: {shape: [value by run_index]}}``."""
+        with self._read():
+            self._require_layer(exp, layer)
+            rows = self._conn.execute(
+                "SELECT arm, shape, value FROM samples WHERE experiment_id = ? AND layer = ? "
+                "ORDER BY arm, shape, run_index", (exp, layer)).fetchall()
+        out: dict[str, dict[str, list[float]]] = {}
+        for row in rows:
+            out.setdefault(row["arm"], {}).setdefault(row["shape"], []).append(row["value"])
+        return out
+
+
+def _drop_id(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in row.items() if key != "id"}
