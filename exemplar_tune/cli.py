@@ -25,7 +25,17 @@ from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.diagnose import DiagnoseError, compare_nccl_tests, diagnose_paths
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
+from exemplar_tune.experiments import (
+    add_loop_options,
+    cmd_history,
+    cmd_rollback,
+    cmd_show,
+    cmd_tune,
+    run_experiment,
+)
 from exemplar_tune.facts import collect_facts
+from exemplar_tune.ledger import Ledger
+from exemplar_tune.ledger import default_path as default_ledger_path
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import load_profile, shipped_profiles
@@ -101,8 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_facts(sub)
     _add_preflight(sub)
     _add_apply(sub)
+    _add_tune(sub)
     _add_restore(sub)
+    _add_rollback(sub)
     _add_audit(sub)
+    _add_history(sub)
     _add_diagnose(sub)
     _add_snapshot(sub)
     return parser
@@ -174,7 +187,61 @@ def _add_apply(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--diff", action="store_true",
                      help="table format: show each changed file or value as a unified diff")
     cmd.add_argument("--run-id", metavar="ID", help="name the run (default: time + random)")
-    cmd.set_defaults(func=cmd_apply)
+    cmd.add_argument("--bench", type=Path, metavar="FILE.yaml",
+                     help="measure: baseline, apply, re-benchmark, keep only if it helps")
+    add_loop_options(cmd)
+    cmd.set_defaults(func=lambda a: run_experiment(a, [a.layer], "apply") if a.bench
+                     else cmd_apply(a))
+
+
+TUNE_EPILOG = """examples:
+  exemplar-tune tune --bench bench.yaml --dry-run          the plan: what would change, runs
+  exemplar-tune tune --bench bench.yaml -i hosts.yml --profile site.yaml
+  exemplar-tune apply --layer cpu --bench bench.yaml       one layer, measured
+  exemplar-tune history; exemplar-tune show latest; exemplar-tune rollback --run EXP
+
+For each layer: A/B/A/B benchmark runs (the layer restored for A, applied for B) until the
+confidence interval of the relative change is clear of --min-effect, or --max-runs. Kept only
+if some workload shape is better and none worse; otherwise restored from the host journals.
+A failing or unparsable benchmark gives no measurement: the layer is restored.
+"""
+
+
+def _add_tune(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("tune", help="walk every layer: measure, keep or restore",
+                         description="The measured loop over every layer in preflight order.",
+                         epilog=TUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_change_target(cmd)
+    cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml")
+    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE")
+    cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
+                     help="only these layers (repeatable)")
+    cmd.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    add_loop_options(cmd)
+    cmd.set_defaults(func=cmd_tune)
+
+
+def _add_rollback(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("rollback", help="restore every layer of an experiment",
+                         description="Restore all layers an experiment touched (also one whose "
+                         "controller died), from the host journals.")
+    _add_change_target(cmd)
+    cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
+    cmd.add_argument("--ledger", type=Path)
+    cmd.set_defaults(func=cmd_rollback)
+
+
+def _add_history(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("history", help="past experiments from the ledger")
+    cmd.add_argument("--limit", type=int, default=20)
+    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--ledger", type=Path)
+    cmd.set_defaults(func=cmd_history)
+    show = sub.add_parser("show", help="one experiment: layers, samples, decisions")
+    show.add_argument("experiment", metavar="EXPERIMENT|latest")
+    show.add_argument("--format", choices=("table", "json"), default="table")
+    show.add_argument("--ledger", type=Path)
+    show.set_defaults(func=cmd_show)
 
 
 def _add_restore(sub: argparse._SubParsersAction) -> None:
@@ -364,6 +431,19 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _warn_unfinished(args: argparse.Namespace) -> None:
+    """Point at experiments whose controller died, so nothing stays half-applied unnoticed."""
+    path = getattr(args, "ledger", None) or default_ledger_path()
+    if args.command in ("rollback", "history", "show") or not Path(path).exists():
+        return
+    with Ledger(path) as ledger:
+        for exp in ledger.unfinished():
+            if exp.get("controller_alive") is False:
+                print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
+                      f"died): 'exemplar-tune rollback --run {exp['id']}' restores it",
+                      file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``exemplar-tune`` script."""
     parser = build_parser()
@@ -371,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        _warn_unfinished(args)
         return args.func(args)
     except (UserError, UnknownLayer) as exc:
         print(f"exemplar-tune: error: {exc}", file=sys.stderr)

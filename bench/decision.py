@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Simulated keep/restore decisions: our sequential rule against two fixed protocols.
+
+Each trial simulates benchmark runs of a lower-is-better step time (1 s nominal) with a known
+true effect ``e`` of the candidate (``e > 0`` is faster: candidate level = ``1 - e``). A run's
+level varies run to run with coefficient of variation ``cv`` (this is the noise that matters,
+because the run is the independent unit); inside a run, 100 steps carry 0.5 % jitter and, at
+stall rate ``s``, a fraction ``s`` of steps gains a stall of 50-100 ms. The run value is the
+median step time. Arms share the drawn runs (common random numbers) so methods are compared
+on the same data.
+
+Methods:
+
+* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (3..6 runs per arm,
+  keep on 95 % Bonferroni-split over the looks, early restore on 80 %, 1 % noise band, tail
+  credit); ``--max-runs`` and ``--stop-confidence`` override them.
+* ``welch``: fixed 5+5 runs, Welch t-test at alpha 0.05 (two-sided); keep when significant
+  and in the good direction.
+* ``keentune``: our reading of KeenTune's fixed protocol (``BASELINE_BENCH_ROUND=5``,
+  ``TUNING_BENCH_ROUND=3``, ``RECHECK_BENCH_ROUND=4``): 5 baseline runs, 3 candidate runs,
+  then 4 recheck runs of the candidate; keep when the candidate mean beats the baseline mean
+  and the recheck mean beats it too. No threshold, no significance test; always 12 runs.
+
+Correct decision: keep when ``e >= min_effect + 1 %`` (= +2 %), restore when ``e <= 0``;
+either is accepted in between (+1 %). A separate "tail" scenario (``e = 0``, baseline stalls
+2 %, candidate none) counts keep as correct; it is reported but is not part of the targets.
+
+Targets (PASS/FAIL): false keeps <= 5 % at e = 0 (pooled over cv and stall rate);
+>= 95 % correct at |e| >= 2 % with cv <= 1 % (pooled; the worst cell is printed too);
+mean runs <= 60 % of the 12-run protocol (over all cells of the grid).
+
+    python bench/decision.py                  # default trials, seed 1
+    python bench/decision.py --trials 100 --seed 7
+    python bench/decision.py --max-runs 4        # fewer runs, less power
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from exemplar_tune.stats import SequentialTest, run_value, t_cdf  # noqa: E402
+
+EFFECTS = (-0.04, -0.02, -0.01, 0.0, 0.01, 0.02, 0.04)
+CVS = (0.005, 0.01, 0.02, 0.03)
+STALL_RATES = (0.0, 0.02)
+STEPS, JITTER, MIN_EFFECT, PROTOCOL_RUNS = 100, 0.005, 0.01, 12
+METHODS = ("ours", "welch", "keentune")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One simulated condition; ``tail_only`` removes the candidate's stalls instead."""
+
+    effect: float
+    cv: float
+    stall: float
+    tail_only: bool = False
+
+
+def simulate_run(rng: random.Random, level: float, cv: float, stall: float) -> list[float]:
+    """Step times of one run: run-level noise, step jitter, occasional stalls."""
+    run_level = level * (1.0 + cv * rng.gauss(0.0, 1.0))
+    return [run_level * (1.0 + JITTER * rng.gauss(0.0, 1.0))
+            + (rng.uniform(0.05, 0.10) if rng.random() < stall else 0.0) for _ in range(STEPS)]
+
+
+def ours(base: list[list[float]], cand: list[list[float]],
+         rule: dict[str, float] | None = None) -> tuple[bool, int]:
+    """Run the sequential rule on A/B/A/B order; return (kept, runs used).
+
+    ``rule`` overrides :class:`SequentialTest` parameters (``max_runs`` <= 6).
+    """
+    test = SequentialTest(higher_is_better=False, min_effect=MIN_EFFECT, **(rule or {}))
+    arms = {"A": iter(base), "B": iter(cand)}
+    while True:
+        arm = test.next_arm()
+        steps = next(arms[arm])
+        test.add(arm, "default", run_value(steps), steps=steps)
+        if arm == "B":
+            decision = test.decide()
+            if decision.action != "continue":
+                return decision.action == "keep", test.runs("A") + test.runs("B")
+
+
+def welch(base: list[float], cand: list[float]) -> bool:
+    """Fixed 5+5 Welch t-test, alpha 0.05 two-sided, keep when faster and significant."""
+    a, b = base[:5], cand[:5]
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.fmean(a) - statistics.fmean(b)  # > 0: candidate faster
+    if va + vb == 0:
+        return diff > 0
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    p = 2.0 * (1.0 - t_cdf(abs(diff) / math.sqrt(va + vb), df))
+    return p < 0.05 and diff > 0
+
+
+def keentune(base: list[float], cand: list[float]) -> bool:
+    """5 baseline, 3 candidate, 4 recheck: keep when both candidate means beat the baseline."""
+    ref = statistics.fmean(base[:5])
+    return statistics.fmean(cand[:3]) < ref and statistics.fmean(cand[3:7]) < ref
+
+
+def run_cell(cell: Cell, trials: int, seed: int,
+             rule: dict[str, float] | None = None) -> dict[str, tuple[int, int]]:
+    """Per method: (keeps, total runs) over ``trials`` seeded trials of one cell."""
+    rng = random.Random(f"{seed}:{cell}")
+    cand_stall = 0.0 if cell.tail_only else cell.stall
+    result = {m: [0, 0] for m in METHODS}
+    for _ in range(trials):
+        base = [simulate_run(rng, 1.0, cell.cv, cell.stall) for _ in range(6)]
+        cand = [simulate_run(rng, 1.0 - cell.effect, cell.cv, cand_stall) for _ in range(7)]
+        kept, runs = ours(base, cand, rule)
+        base_v, cand_v = [run_value(r) for r in base], [run_value(r) for r in cand]
+        for method, k, n in (("ours", kept, runs), ("welch", welch(base_v, cand_v), 10),
+                             ("keentune", keentune(base_v, cand_v), PROTOCOL_RUNS)):
+            result[method][0] += k
+            result[method][1] += n
+    return {m: (k, n) for m, (k, n) in result.items()}
+
+
+def correct(cell: Cell, keeps: int, trials: int) -> float | None:
+    """Fraction of correct decisions, ``None`` where either answer is accepted."""
+    if cell.tail_only or cell.effect >= MIN_EFFECT + 0.01 - 1e-12:
+        return keeps / trials
+    if cell.effect <= 0:
+        return 1.0 - keeps / trials
+    return None
+
+
+def grid() -> list[Cell]:
+    """The effect x cv x stall grid plus the tail-only scenario per cv."""
+    cells = [Cell(e, cv, s) for e in EFFECTS for cv in CVS for s in STALL_RATES]
+    return cells + [Cell(0.0, cv, 0.02, tail_only=True) for cv in CVS]
+
+
+def simulate(trials: int, seed: int, workers: int = 2, cells: list[Cell] | None = None,
+             rule: dict[str, float] | None = None) -> dict[Cell, dict[str, tuple[int, int]]]:
+    """Run every cell (in ``workers`` processes when > 1); deterministic for a seed."""
+    cells = grid() if cells is None else cells
+    if workers <= 1:
+        return {c: run_cell(c, trials, seed, rule) for c in cells}
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(run_cell, c, trials, seed, rule) for c in cells]
+        return {c: f.result() for c, f in zip(cells, futures, strict=True)}
+
+
+def _pct(x: float | None) -> str:
+    return "   -  " if x is None else f"{100 * x:5.1f}%"
+
+
+def table(results: dict[Cell, dict[str, tuple[int, int]]], trials: int) -> list[str]:
+    """Rows per (effect, cv), stall rates pooled: keep %, correct %, mean runs per method."""
+    head = f"{'effect':>7} {'cv':>5} | " + " | ".join(
+        f"{m:^24}" for m in METHODS)
+    lines = [head, f"{'':>13} | " + " | ".join(
+        f"{'keep':>6} {'correct':>7} {'runs':>5}   " for _ in METHODS), "-" * len(head)]
+    keys = sorted({(c.tail_only, c.effect, c.cv) for c in results})
+    for tail_only, effect, cv in keys:
+        cells = [c for c in results if (c.tail_only, c.effect, c.cv) == (tail_only, effect, cv)]
+        label = "tail" if tail_only else f"{effect:+.0%}"
+        parts = []
+        for m in METHODS:
+            keeps = sum(results[c][m][0] for c in cells)
+            runs = sum(results[c][m][1] for c in cells)
+            n = trials * len(cells)
+            ok = correct(cells[0], keeps, n)
+            parts.append(f"{_pct(keeps / n)} {_pct(ok):>7} {runs / n:5.2f}   ")
+        lines.append(f"{label:>7} {cv:5.1%} | " + " | ".join(parts))
+    return lines
+
+
+def targets(results: dict[Cell, dict[str, tuple[int, int]]], trials: int,
+            method: str = "ours") -> list[tuple[str, bool, str]]:
+    """The three targets for one method: (name, passed, measured)."""
+    grid_cells = [c for c in results if not c.tail_only]
+    zero = [c for c in grid_cells if c.effect == 0.0]
+    false_keep = sum(results[c][method][0] for c in zero) / (trials * len(zero))
+    strong = [c for c in grid_cells if abs(c.effect) >= 0.02 - 1e-12 and c.cv <= 0.01]
+    rates = [correct(c, results[c][method][0], trials) or 0.0 for c in strong]
+    pooled, worst = statistics.fmean(rates), min(rates)
+    runs = sum(results[c][method][1] for c in grid_cells) / (trials * len(grid_cells))
+    return [("false keeps <= 5% at 0 effect", false_keep <= 0.05, f"{false_keep:.1%}"),
+            (">= 95% correct at |e| >= 2%, cv <= 1%", pooled >= 0.95,
+             f"{pooled:.1%} (worst cell {worst:.1%})"),
+            (f"mean runs <= {0.6 * PROTOCOL_RUNS:.1f} (60% of 12)",
+             runs <= 0.6 * PROTOCOL_RUNS, f"{runs:.2f}")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=250, help="trials per cell")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--max-runs", type=int, default=6, choices=range(3, 7),
+                        help="our rule's max runs per arm")
+    parser.add_argument("--stop-confidence", type=float, default=0.80,
+                        help="our rule's confidence for an early restore")
+    args = parser.parse_args(argv)
+    rule = {"max_runs": args.max_runs, "stop_confidence": args.stop_confidence}
+    start = time.perf_counter()
+    results = simulate(args.trials, args.seed, args.workers, rule=rule)
+    print(f"{args.trials} trials per cell, seed {args.seed}, stall rates {STALL_RATES} pooled, "
+          f"ours: {rule}")
+    print("\n".join(table(results, args.trials)))
+    for method in METHODS:
+        print(f"\n{method}:")
+        for name, ok, measured in targets(results, args.trials, method):
+            print(f"  {'PASS' if ok else 'FAIL'}  {name}: {measured}")
+    print(f"\n{time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The keep/restore decision rule (exemplar_tune.stats) and its simulation benchmark."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from exemplar_tune.stats import (
+    Comparison,
+    SequentialTest,
+    compare,
+    decide_shapes,
+    t_ppf,
+    tail_drop,
+    tail_stats,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Student t quantiles from standard tables (two-sided 95 % and 99 %).
+T_TABLE = [
+    (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 3, 3.1824), (0.975, 5, 2.5706),
+    (0.975, 10, 2.2281), (0.975, 30, 2.0423), (0.995, 1, 63.6567), (0.995, 4, 4.6041),
+    (0.995, 20, 2.8453), (0.95, 7, 1.8946), (0.025, 10, -2.2281), (0.5, 3, 0.0),
+    (0.975, math.inf, 1.9600),
+]
+
+
+@pytest.mark.parametrize(("p", "df", "want"), T_TABLE)
+def test_t_ppf_matches_table(p: float, df: float, want: float) -> None:
+    have = t_ppf(p, df)
+    assert have == pytest.approx(want, abs=1e-4)
+
+
+def test_t_ppf_fractional_df_lies_between_neighbours() -> None:
+    assert t_ppf(0.975, 4) > t_ppf(0.975, 4.5) > t_ppf(0.975, 5)
+
+
+@pytest.mark.parametrize(("p", "df"), [(0.0, 3), (1.0, 3), (0.9, 0), (0.9, math.nan)])
+def test_t_ppf_rejects_bad_arguments(p: float, df: float) -> None:
+    with pytest.raises(ValueError, match="t quantile"):
+        t_ppf(p, df)
+
+
+BASE = [100.0, 100.5, 99.5, 100.2, 99.8]
+
+
+def test_compare_clear_improvement_lower_is_better_keeps() -> None:
+    have = compare(BASE, [90.0, 90.4, 89.6, 90.1, 89.9], higher_is_better=False)
+    assert have.verdict == "better" and have.action == "keep"
+    assert have.rel_change == pytest.approx(0.10)
+    assert have.ci_low > 0.01 and (have.n_baseline, have.n_candidate) == (5, 5)
+
+
+def test_compare_clear_regression_restores() -> None:
+    have = compare(BASE, [110.0, 110.4, 109.6, 110.1, 109.9], higher_is_better=False)
+    assert have.verdict == "worse" and have.action == "restore"
+    assert have.ci_high < -0.01
+
+
+def test_compare_direction_flips_for_higher_is_better() -> None:
+    cand = [110.0, 110.4, 109.6, 110.1, 109.9]
+    assert compare(BASE, cand, higher_is_better=True).verdict == "better"
+    assert compare(BASE, cand, higher_is_better=False).verdict == "worse"
+
+
+def test_compare_noise_is_equivalent_when_tight() -> None:
+    have = compare(BASE, [100.1, 99.9, 100.3, 99.7, 100.0], higher_is_better=False)
+    assert have.verdict == "equivalent" and have.action == "restore"
+    assert -0.01 < have.ci_low <= have.rel_change <= have.ci_high < 0.01
+
+
+def test_compare_noise_is_inconclusive_when_wide() -> None:
+    have = compare([100.0, 104.0, 96.0], [101.0, 97.0, 105.0], higher_is_better=False)
+    assert have.verdict == "inconclusive" and have.action == "continue"
+
+
+@pytest.mark.parametrize(("baseline", "candidate", "message"), [
+    ([], [1.0, 2.0], "baseline: need at least 2 runs"),
+    ([1.0, 2.0], [3.0], "candidate: need at least 2 runs"),
+    ([0.0, 0.0], [1.0, 1.0], "baseline mean must be positive"),
+    ([-1.0, -2.0], [1.0, 1.0], "baseline mean must be positive"),
+    ([1.0, math.nan], [1.0, 1.0], "baseline: values must be finite"),
+    ([1.0, 1.0], [math.inf, 1.0], "candidate: values must be finite"),
+])
+def test_compare_rejects_bad_input(baseline: list[float], candidate: list[float],
+                                   message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        compare(baseline, candidate, higher_is_better=False)
+
+
+def feed(test: SequentialTest, base: list[float], cand: list[float]) -> tuple[str, int]:
+    """Add A/B pairs in next_arm() order until a decision; return (action, pairs used)."""
+    values = {"A": iter(base), "B": iter(cand)}
+    while True:
+        arm = test.next_arm()
+        test.add(arm, "s", next(values[arm]))
+        decision = test.decide()
+        if decision.action != "continue":
+            return decision.action, test.runs("B")
+
+
+def test_sequential_interleaves_and_waits_for_min_runs() -> None:
+    test = SequentialTest(higher_is_better=False)
+    order = []
+    for value in [1.0, 0.9, 1.0, 0.9]:
+        order.append(test.next_arm())
+        test.add(order[-1], "s", value)
+    assert order == ["A", "B", "A", "B"]
+    have = test.decide()
+    assert have.action == "continue" and have.comparisons == []
+
+
+def test_sequential_stops_early_on_big_effect() -> None:
+    test = SequentialTest(higher_is_better=False)
+    action, pairs = feed(test, [1.00, 1.01, 0.99] * 2, [0.80, 0.81, 0.79] * 2)
+    assert (action, pairs) == ("keep", 3)
+
+
+def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
+    test = SequentialTest(higher_is_better=False, max_runs=6)
+    base = [1.00, 1.06, 0.94, 1.03, 0.97, 1.00]
+    cand = [0.98, 1.04, 0.92, 1.01, 0.95, 0.98]
+    action, pairs = feed(test, base, cand)
+    assert (action, pairs) == ("restore", 6)
+    assert "inconclusive after 6 run pairs" in test.decide().reason
+
+
+def test_sequential_look_confidence_is_bonferroni() -> None:
+    test = SequentialTest(higher_is_better=True, confidence=0.95, min_runs=3, max_runs=6)
+    assert test.look_confidence == pytest.approx(1 - 0.05 / 4)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"min_runs": 1}, "min_runs"), ({"min_runs": 5, "max_runs": 4}, "min_runs"),
+    ({"stop_confidence": 1.0}, "confidences"),
+])
+def test_sequential_rejects_bad_parameters(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SequentialTest(higher_is_better=True, **kwargs)
+
+
+def test_sequential_rejects_bad_arm_and_nan() -> None:
+    test = SequentialTest(higher_is_better=True)
+    with pytest.raises(ValueError, match="arm must be"):
+        test.add("C", "s", 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        test.add("A", "s", math.nan)
+
+
+def comparison(shape: str, low: float, high: float, verdict: str) -> Comparison:
+    return Comparison(shape, (low + high) / 2, low, high, 3, 3, verdict)  # type: ignore[arg-type]
+
+
+def test_shapes_better_plus_inconclusive_keeps() -> None:
+    action, reason = decide_shapes([comparison("big", 0.02, 0.06, "better"),
+                                    comparison("small", -0.03, 0.05, "inconclusive")])
+    assert action == "keep" and "big" in reason
+
+
+def test_shapes_better_plus_worse_restores() -> None:
+    action, reason = decide_shapes([comparison("big", 0.02, 0.06, "better"),
+                                    comparison("small", -0.06, -0.02, "worse")])
+    assert action == "restore" and reason.startswith("worse") and "small" in reason
+
+
+def test_shapes_all_no_benefit_restores_and_inconclusive_continues() -> None:
+    assert decide_shapes([comparison("a", -0.005, 0.005, "equivalent"),
+                          comparison("b", -0.03, 0.002, "no_benefit")])[0] == "restore"
+    assert decide_shapes([comparison("a", -0.005, 0.005, "equivalent"),
+                          comparison("b", -0.03, 0.05, "inconclusive")])[0] == "continue"
+    with pytest.raises(ValueError, match="at least one"):
+        decide_shapes([])
+
+
+def test_sequential_multi_shape_needs_every_shape() -> None:
+    test = SequentialTest(higher_is_better=True)
+    for base, cand in [(100.0, 120.0), (101.0, 121.0), (99.0, 119.0)]:
+        test.add("A", "big", base)
+        test.add("B", "big", cand)
+    assert test.runs("A") == 3
+    test.add("A", "small", 10.0)
+    assert test.runs("A") == 1 and test.shapes() == ["big", "small"]
+
+
+def steps(stalls: int, n: int = 100, base: float = 1.0) -> list[float]:
+    """Deterministic step times: +-2 ms jitter, ``stalls`` steps of +80 ms."""
+    out = [base + 0.002 * ((i % 5) - 2) for i in range(n)]
+    for i in range(stalls):
+        out[i * (n // max(stalls, 1))] += 0.080
+    return out
+
+
+def test_tail_stats_counts_stalls() -> None:
+    have = tail_stats(steps(4))
+    assert have["p50"] == pytest.approx(1.0)
+    assert have["tail_fraction"] == pytest.approx(0.04)
+    assert have["stall_ms_mean"] == pytest.approx(80.0, abs=5.0)
+    assert have["p99"] > 1.05
+    assert tail_stats(steps(0))["tail_fraction"] == 0.0
+    assert tail_stats(steps(0))["stall_ms_mean"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, math.nan]])
+def test_tail_stats_rejects_bad_input(bad: list[float]) -> None:
+    with pytest.raises(ValueError, match="step times"):
+        tail_stats(bad)
+
+
+def test_tail_drop_needs_a_significant_halving() -> None:
+    assert tail_drop([(4, 100)] * 4, [(0, 100)] * 4, 0.9875)[0] is True
+    assert tail_drop([(4, 100)] * 4, [(3, 100)] * 4, 0.9875)[0] is False
+    assert tail_drop([(0, 100)] * 4, [(0, 100)] * 4, 0.9875)[0] is False
+
+
+def test_tail_credit_keeps_a_layer_that_removes_stalls() -> None:
+    test = SequentialTest(higher_is_better=False)
+    jitter = [0.0, 0.004, -0.004]
+    for j in jitter:
+        a, b = [s + j for s in steps(5)], [s + j for s in steps(0)]
+        test.add("A", "s", sorted(a)[50], steps=a)
+        test.add("B", "s", sorted(b)[50], steps=b)
+    have = test.decide()
+    assert have.action == "keep"
+    assert "credited for the tail" in have.comparisons[0].note
+
+
+def test_tail_credit_refused_when_median_worse() -> None:
+    test = SequentialTest(higher_is_better=False)
+    for j in [0.0, 0.004, -0.004]:
+        a, b = [s + j for s in steps(5)], [s * 1.05 + j for s in steps(0)]
+        test.add("A", "s", sorted(a)[50], steps=a)
+        test.add("B", "s", sorted(b)[50], steps=b)
+    assert test.decide().action == "restore"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_decision", REPO / "bench" / "decision.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_false_keep_rate_at_zero_effect_is_low() -> None:
+    bench = load_bench()
+    cells = [bench.Cell(0.0, cv, 0.0) for cv in (0.005, 0.02)]
+    results = bench.simulate(40, seed=3, workers=1, cells=cells)
+    keeps = sum(results[c]["ours"][0] for c in cells)
+    assert keeps / (40 * len(cells)) < 0.10
+    again = bench.simulate(40, seed=3, workers=1, cells=cells)
+    assert again == results

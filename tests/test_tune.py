@@ -1,0 +1,144 @@
+"""The measured loop end to end: real Ansible on sysroot hosts, a benchmark whose output
+follows the host's state (the simulated cluster's model), the SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+import yaml
+
+from exemplar_tune.sim.model import DEFAULT_SCENARIO
+from tests.conftest import SYSROOTS
+from tests.helpers import tree_hash
+from tests.test_cli import cli
+
+PROFILE = {"name": "swept", "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+    host = tmp_path / "node"
+    shutil.copytree(SYSROOTS / "h100-x86", host, symlinks=True)
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
+    return tmp_path, host
+
+
+def bench_file(tmp_path, host, fabric="cx8", penalty=0.02, command=None):
+    scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
+    scenario["effects"]["nccl_qps"].update(fabric=fabric, qps4_penalty_other_fabric=penalty)
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    command = command or [sys.executable, "-m", "exemplar_tune.sim.bench", "--sysroot", str(host),
+                          "--workload", "dense", "--steps", "40", "--scenario",
+                          str(tmp_path / "scenario.yaml"), "--run-counter",
+                          str(tmp_path / "runs.txt")]
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump({"shapes": [
+        {"name": "dense", "command": command, "parser": "megatron", "warmup": 5}]}))
+    return path
+
+
+def apply_measured(tmp_path, host, bench):
+    return cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile",
+               str(tmp_path / "profile.yaml"), "--bench", str(bench), "--max-runs", "5")
+
+
+def show(experiment):
+    return json.loads(cli("show", experiment, "--format", "json").stdout)
+
+
+def test_a_helpful_layer_is_kept(setup):
+    tmp_path, host = setup
+    out = apply_measured(tmp_path, host, bench_file(tmp_path, host))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "fabric   KEEP" in out.stdout
+    assert "NCCL_IB_QPS_PER_CONNECTION=4" in (host / "etc/nccl.conf").read_text()
+    doc = show("latest")
+    decision = doc["decisions"][0]
+    assert decision["action"] == "keep"
+    assert decision["comparisons"][0]["ci_low"] > 0.01
+    arms = {s["arm"] for s in doc["samples"]}
+    assert arms == {"baseline", "candidate"}
+
+
+def test_a_harmful_layer_is_restored_byte_exact(setup):
+    tmp_path, host = setup
+    pristine = tree_hash(host / "etc")
+    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, fabric="other", penalty=0.2))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "fabric   RESTORE  worse" in out.stdout
+    assert tree_hash(host / "etc") == pristine
+
+
+def test_a_layer_without_real_effect_is_restored(setup):
+    tmp_path, host = setup
+    pristine = tree_hash(host / "etc")
+    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, fabric="other", penalty=0.0))
+    assert "fabric   RESTORE" in out.stdout, out.stdout + out.stderr
+    assert tree_hash(host / "etc") == pristine
+
+
+def test_a_failing_benchmark_restores_and_records_why(setup):
+    tmp_path, host = setup
+    pristine = tree_hash(host / "etc")
+    failing = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, command=failing))
+    assert out.returncode == 1
+    assert "FAILED   no measurement: benchmark dense: exit status 3: boom" in out.stdout
+    assert tree_hash(host / "etc") == pristine
+    assert show("latest")["experiment"]["status"] == "failed"
+
+
+def test_dry_run_changes_nothing(setup):
+    tmp_path, host = setup
+    before = tree_hash(host)
+    out = cli("tune", "--sysroot", str(host), "--profile", str(tmp_path / "profile.yaml"),
+              "--bench", str(bench_file(tmp_path, host)), "--layer", "fabric", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "fabric: node (nccl_conf)" in out.stdout
+    assert tree_hash(host) == before
+
+
+def test_a_killed_controller_is_reported_and_rolled_back(setup):
+    """SIGKILL the controller while the layer is applied; rollback restores every byte."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import cli_env
+
+    tmp_path, host = setup
+    pristine = tree_hash(host / "etc")
+    marker = tmp_path / "candidate-started"
+    # the benchmark announces itself, then waits: the controller is killed during a run
+    slow = [sys.executable, "-c", "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]);"
+            " n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n));"
+            " time.sleep(60 if n >= 2 else 0); print('value: 1.0')", str(marker)]
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"shapes": [{"name": "dense", "command": slow,
+                                                 "parser": "regex", "pattern": "value: ([0-9.]+)",
+                                                 "higher_is_better": False}]}))
+    env = dict(cli_env(), EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.Popen([sys.executable, "-m", "exemplar_tune.cli", "apply", "--layer",
+                             "fabric", "--sysroot", str(host), "--profile",
+                             str(tmp_path / "profile.yaml"), "--bench", str(bench)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text() == "2") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert marker.read_text() == "2", "the candidate run never started"
+    assert "NCCL_IB_QPS_PER_CONNECTION=4" in (host / "etc/nccl.conf").read_text()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    warned = cli("audit", "--sysroot", str(host), "--profile", str(tmp_path / "profile.yaml"))
+    assert "did not finish (its controller died)" in warned.stderr
+    out = cli("rollback", "--run", "latest")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert tree_hash(host / "etc") == pristine
+    assert show("latest")["experiment"]["status"] == "rolled_back"
