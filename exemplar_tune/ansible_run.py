@@ -82,6 +82,11 @@ class AnsibleRun:
         self.limit, self.forks, self.timeout = limit, forks, timeout
         self.check, self.diff = check, diff
 
+    def limited(self, limit: str) -> AnsibleRun:
+        """The same run settings, restricted to ``limit``."""
+        return AnsibleRun(self.inventory, limit=limit, forks=self.forks, timeout=self.timeout,
+                          check=self.check, diff=self.diff)
+
     def module(self, name: str, args: dict[str, Any], pattern: str = "all") -> RunOutcome:
         """Run one module ad hoc on ``pattern``."""
         return self._run(module=name, module_args=_module_args(args), host_pattern=pattern)

@@ -56,6 +56,9 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
         ledger.finish(experiment, "failed" if failed else "finished")
     for outcome in outcomes:
         print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {outcome.reason}")
+        for c in outcome.comparisons:
+            print(f"           {c['shape']}: {c['rel_change']:+.2%} (95 % CI {c['ci_low']:+.2%}"
+                  f" .. {c['ci_high']:+.2%}; {c['n_baseline']}+{c['n_candidate']} runs)")
     print(f"details: exemplar-tune show {experiment}")
     return EXIT_FINDINGS if failed else EXIT_OK
 

@@ -125,7 +125,14 @@ class LayerLoop:
             raise BenchmarkFailed(layer, "hosts failed or unreachable while applying: "
                                   + ", ".join(f"{h} ({why})" for h, why in broken.items()))
         reboot = sorted(h for h, d in result["hosts"].items() if d["reboot_required"])
-        if reboot:
+        if reboot and self.options.allow_reboot:
+            self.ledger.log_event(self.experiment, "info", f"{layer}: rebooting {reboot}")
+            self.options.progress(f"{layer}: rebooting {', '.join(reboot)}")
+            rebooted = run_playbook(self.run.limited(",".join(reboot)), "reboot", {})
+            if rebooted["failed"] or rebooted["unreachable"]:
+                raise BenchmarkFailed(layer, f"reboot failed: {rebooted['failed']} "
+                                      f"{rebooted['unreachable']}")
+        elif reboot:
             self.ledger.set_layer_status(self.experiment, layer, "applied", reboot_required=True)
             raise LayerStopped(f"reboot required on {', '.join(reboot)} before the change takes "
                                f"effect: reboot them, then measure again, or restore with "
