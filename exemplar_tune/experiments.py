@@ -57,7 +57,8 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
     for outcome in outcomes:
         print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {outcome.reason}")
         for c in outcome.comparisons:
-            print(f"           {c['shape']}: {c['rel_change']:+.2%} (95 % CI {c['ci_low']:+.2%}"
+            print(f"           {c['shape']}: {c['rel_change']:+.2%} ({c['confidence']:.1%} CI "
+                  f"{c['ci_low']:+.2%}"
                   f" .. {c['ci_high']:+.2%}; {c['n_baseline']}+{c['n_candidate']} runs)")
     print(f"details: exemplar-tune show {experiment}")
     return EXIT_FINDINGS if failed else EXIT_OK

@@ -181,7 +181,7 @@ def _comparison_dict(comparison: Any) -> dict[str, Any]:
     return {"shape": comparison.shape, "rel_change": comparison.rel_change,
             "ci_low": comparison.ci_low, "ci_high": comparison.ci_high,
             "verdict": comparison.verdict, "n_baseline": comparison.n_baseline,
-            "n_candidate": comparison.n_candidate}
+            "n_candidate": comparison.n_candidate, "confidence": comparison.confidence}
 
 
 def _host_records(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
