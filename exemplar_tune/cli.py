@@ -28,6 +28,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.experiments import (
     add_loop_options,
     cmd_history,
+    cmd_report,
     cmd_rollback,
     cmd_show,
     cmd_tune,
@@ -242,6 +243,14 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.add_argument("--ledger", type=Path)
     show.set_defaults(func=cmd_show)
+    report = sub.add_parser("report", help="an experiment as Markdown or HTML",
+                            description="Render one experiment: decisions with their numbers, "
+                            "a waterfall of the gap closed per layer, step-time distributions.")
+    report.add_argument("experiment", metavar="EXPERIMENT|latest")
+    report.add_argument("--format", choices=("markdown", "html"), default="markdown")
+    report.add_argument("--output", type=Path, metavar="FILE")
+    report.add_argument("--ledger", type=Path)
+    report.set_defaults(func=cmd_report)
 
 
 def _add_restore(sub: argparse._SubParsersAction) -> None:
@@ -434,7 +443,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _warn_unfinished(args: argparse.Namespace) -> None:
     """Point at experiments whose controller died, so nothing stays half-applied unnoticed."""
     path = getattr(args, "ledger", None) or default_ledger_path()
-    if args.command in ("rollback", "history", "show") or not Path(path).exists():
+    if args.command in ("rollback", "history", "show", "report") or not Path(path).exists():
         return
     with Ledger(path) as ledger:
         for exp in ledger.unfinished():

@@ -15,6 +15,7 @@ from exemplar_tune.ledger import Ledger
 from exemplar_tune.lock import hold_lock
 from exemplar_tune.profile import load_profile
 from exemplar_tune.remediate import _runner, run_playbook
+from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
 from exemplar_tune.tune import LayerLoop, LoopOptions
 
@@ -112,6 +113,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {layer['layer']:<8} {layer['status']}")
     for decision in doc["decisions"]:
         print(f"  {decision['layer']}: {decision['action']}: {decision['reason']}")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``exemplar-tune report RUN|latest``: Markdown or a self-contained HTML page."""
+    with Ledger(args.ledger) as ledger:
+        doc = ledger.show(args.experiment)
+    text = html_page(doc) if args.format == "html" else markdown(doc)
+    if args.output is None:
+        print(text, end="")
+        return EXIT_OK
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
     return EXIT_OK
 
 

@@ -63,6 +63,16 @@ def test_a_helpful_layer_is_kept(setup):
     arms = {s["arm"] for s in doc["samples"]}
     assert arms == {"baseline", "candidate"}
 
+    page = tmp_path / "report.html"
+    out = cli("report", "latest", "--format", "html", "--output", str(page))
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<script" not in text
+    assert "fabric / dense +" in text  # the waterfall bar of the kept layer
+    assert text.count("<svg") == 2  # waterfall + the layer's step-time distributions
+    markdown = cli("report", "latest").stdout
+    assert "| fabric | kept | dense |" in markdown
+
 
 def test_a_harmful_layer_is_restored_byte_exact(setup):
     tmp_path, host = setup
