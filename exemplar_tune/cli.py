@@ -29,7 +29,6 @@ from exemplar_tune.experiments import (
     add_loop_options,
     cmd_history,
     cmd_report,
-    cmd_rollback,
     cmd_show,
     cmd_tune,
     run_experiment,
@@ -223,13 +222,13 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_rollback(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("rollback", help="restore every layer of an experiment",
+    cmd = sub.add_parser("rollback", help="the same as restore: every layer of an experiment",
                          description="Restore all layers an experiment touched (also one whose "
                          "controller died), from the host journals.")
     _add_change_target(cmd)
     cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
     cmd.add_argument("--ledger", type=Path)
-    cmd.set_defaults(func=cmd_rollback)
+    cmd.set_defaults(func=cmd_restore)
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
@@ -259,7 +258,8 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
                          "from the host journals.", epilog=APPLY_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd)
-    cmd.add_argument("--run", required=True, metavar="ID|latest")
+    cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
+    cmd.add_argument("--ledger", type=Path)
     cmd.set_defaults(func=cmd_restore)
 
 

@@ -127,22 +127,3 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.output.write_text(text)
     print(f"wrote {args.output}")
     return EXIT_OK
-
-
-def cmd_rollback(args: argparse.Namespace) -> int:
-    """``exemplar-tune rollback --run EXP``: restore every layer of an experiment."""
-    with Ledger(args.ledger) as ledger:
-        doc = ledger.show(args.run)
-        exp = doc["experiment"]
-        target = exp["target"]
-        args.inventory = args.inventory or target.get("inventory")
-        args.sysroot = args.sysroot or target.get("sysroot")
-        args.limit = args.limit or target.get("limit")
-        failed = False
-        for layer in reversed(doc["layers"]):
-            result = run_playbook(_runner(args), "restore", {
-                "exemplar_run_id": layer["run_id"], "exemplar_restore_layers": [layer["layer"]]})
-            failed = failed or bool(result["failed"] or result["unreachable"])
-            print(f"  {layer['layer']}: restored on {len(result['hosts'])} host(s)")
-        ledger.finish(exp["id"], "failed" if failed else "rolled_back")
-    return EXIT_FINDINGS if failed else EXIT_OK

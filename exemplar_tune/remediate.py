@@ -12,14 +12,13 @@ import difflib
 import json
 import os
 import sys
-import time
 from typing import Any
 
 from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.collection import collection_root
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.ledger import Ledger
 from exemplar_tune.profile import load_profile
-from exemplar_tune.runs import find_run, new_run_id, record_run
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
@@ -94,37 +93,80 @@ def _runner(args: argparse.Namespace, check: bool = False) -> AnsibleRun:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    """``exemplar-tune apply``: one layer, fleet-wide, journaled under a new run id."""
+    """``exemplar-tune apply``: one layer, fleet-wide, journaled; recorded in the ledger."""
     profile = load_profile(args.profile)
-    run_id = args.run_id or new_run_id()
-    result = run_playbook(_runner(args, check=args.check), "apply", {
-        "layer": args.layer, "exemplar_profile": profile, "exemplar_run_id": run_id})
-    doc = {"run_id": None if args.check else run_id, "layer": args.layer, "check": args.check,
-           "profile": profile["name"], **result}
-    if not args.check and any(h["changed"] for h in result["hosts"].values()):
-        record_run({"run_id": run_id, "layer": args.layer, "at": time.time(),
-                    "inventory": args.inventory, "sysroot": args.sysroot, "limit": args.limit,
-                    "hosts": sorted(h for h, d in result["hosts"].items() if d["changed"])})
+    if args.check:
+        result = run_playbook(_runner(args, check=True), "apply", {
+            "layer": args.layer, "exemplar_profile": profile})
+        return _report_apply(args, None, None, profile, result)
+    with Ledger(args.ledger) as ledger:
+        experiment = ledger.start_experiment("apply", profile["name"], _target(args),
+                                             {"layer": args.layer})
+        run_id = args.run_id or experiment
+        ledger.add_layer(experiment, args.layer, 0, run_id)
+        result = run_playbook(_runner(args), "apply", {
+            "layer": args.layer, "exemplar_profile": profile, "exemplar_run_id": run_id})
+        ledger.record_hosts(experiment, args.layer, {
+            h: {"status": d["status"], "changed": d["changed"], "error": d["error"]}
+            for h, d in result["hosts"].items()})
+        broken = bool(result["failed"] or result["unreachable"])
+        ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
+        ledger.finish(experiment, "failed" if broken else "finished")
+    return _report_apply(args, experiment, run_id, profile, result)
+
+
+def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str | None,
+                  profile: dict[str, Any], result: dict[str, Any]) -> int:
+    doc = {"experiment": experiment, "run_id": run_id, "layer": args.layer,
+           "check": args.check, "profile": profile["name"], **result}
     _emit(args, doc, _apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
 
+def _target(args: argparse.Namespace) -> dict[str, Any]:
+    """What reaches the same hosts again (kept in the ledger for restore)."""
+    return {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
-    """``exemplar-tune restore --run ID|latest``: put back every host the run touched."""
-    run = find_run(args.run)
-    args.inventory = args.inventory or run.get("inventory")
-    args.sysroot = args.sysroot or run.get("sysroot")
-    args.limit = args.limit or ",".join(run.get("hosts", [])) or None
-    result = run_playbook(_runner(args), "restore", {"exemplar_run_id": run["run_id"]})
-    doc = {"run_id": run["run_id"], "layer": run.get("layer"), **result}
-    lines = [f"restore of run {run['run_id']} ({run.get('layer')})"]
-    for host, data in doc["hosts"].items():
+    """``exemplar-tune restore|rollback --run ID|latest``: every layer of an experiment.
+
+    Works for experiments whose controller died too: the host journals hold what changed.
+    """
+    with Ledger(args.ledger) as ledger:
+        doc = ledger.show(_latest_with_changes(ledger) if args.run == "latest" else args.run)
+        exp = doc["experiment"]
+        for key, value in exp["target"].items():
+            setattr(args, key, getattr(args, key) or value)
+        lines, results = [f"restore of experiment {exp['id']}"], {}
+        for layer in reversed(doc["layers"]):
+            result = run_playbook(_runner(args), "restore", {
+                "exemplar_run_id": layer["run_id"], "exemplar_restore_layers": [layer["layer"]]})
+            results[layer["layer"]] = result
+            lines += _restore_lines(layer["layer"], result)
+        failed = any(r["failed"] or r["unreachable"] for r in results.values())
+        ledger.finish(exp["id"], "failed" if failed else "rolled_back")
+    _emit(args, {"experiment": exp["id"], "layers": results}, lines)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _latest_with_changes(ledger: Ledger) -> str:
+    """The newest experiment that changed something (or may have: it never finished)."""
+    for row in ledger.history(limit=1000):
+        doc = ledger.show(row["id"])
+        if row["status"] == "running" or any(h["changed"] for h in doc["hosts"]):
+            return row["id"]
+    return "latest"  # nothing changed anywhere: the newest one, or a clear "no experiment"
+
+
+def _restore_lines(layer: str, result: dict[str, Any]) -> list[str]:
+    lines = []
+    for host, data in result["hosts"].items():
         state = "FAILED: " + (data["error"] or "") if data["status"] == "failed" else (
             f"{len(data['restored'])} change(s) put back")
-        lines.append(f"  {host}: {state}")
-    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
-    _emit(args, doc, lines)
-    return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
+        lines.append(f"  {layer} {host}: {state}")
+    return lines + [f"  {layer} {host}: UNREACHABLE: {why}"
+                    for host, why in result["unreachable"].items()]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -153,7 +195,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def _apply_lines(doc: dict[str, Any], show_diff: bool) -> list[str]:
     verb = "would change" if doc["check"] else "changed"
     head = f"apply {doc['layer']} (profile {doc['profile']})"
-    lines = [head + ("" if doc["check"] else f", run id {doc['run_id']}")]
+    lines = [head + ("" if doc["check"] else f", experiment {doc['experiment']}")]
     for host, data in doc["hosts"].items():
         if data["status"] == "failed":
             lines.append(f"  {host}: FAILED: {data['error']}")
@@ -165,8 +207,8 @@ def _apply_lines(doc: dict[str, Any], show_diff: bool) -> list[str]:
             lines += [line for knob in data["changed"] for change in knob["changes"]
                       for line in _diff_lines(change)]
     lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
-    if not doc["check"] and doc["run_id"]:
-        lines.append(f"undo with: exemplar-tune restore --run {doc['run_id']}")
+    if not doc["check"]:
+        lines.append(f"undo with: exemplar-tune restore --run {doc['experiment']}")
     return lines
 
 

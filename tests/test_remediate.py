@@ -58,6 +58,7 @@ def test_check_apply_audit_restore_round_trip(tmp_path, state):
     applied = json.loads(cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile",
                              str(state), "--format", "json").stdout)
     run_id = applied["run_id"]
+    assert run_id == applied["experiment"]
     change = applied["hosts"]["h100-x86"]["changed"][0]["changes"][0]
     assert change["path"] == "/etc/nccl.conf" and "NCCL_IB_QPS_PER_CONNECTION=4" in change["after"]
     assert (host / f"var/lib/exemplar-tune/journal/{run_id}.json").is_file()
@@ -68,12 +69,13 @@ def test_check_apply_audit_restore_round_trip(tmp_path, state):
                "--layer", "fabric").returncode == 0
 
     restored = cli("restore", "--run", "latest")
-    assert restored.returncode == 0 and f"restore of run {run_id}" in restored.stdout
+    assert restored.returncode == 0 and f"restore of experiment {run_id}" in restored.stdout
+    assert "fabric h100-x86: 1 change(s) put back" in restored.stdout
     assert without_journal(host) == pristine
 
 
 @pytest.mark.parametrize("args, message", [
-    (["restore", "--run", "nope"], "no run 'nope'"),
+    (["restore", "--run", "nope"], "no experiment 'nope'"),
     (["apply", "--layer", "workload"], "invalid choice: 'workload'"),
     (["apply", "--layer", "fabric", "--profile", "missing-profile"], "not found"),
 ])
