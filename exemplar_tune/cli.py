@@ -34,14 +34,14 @@ from exemplar_tune.experiments import (
     run_experiment,
 )
 from exemplar_tune.facts import collect_facts
+from exemplar_tune.facts_table import facts_table
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.ledger import default_path as default_ledger_path
 from exemplar_tune.preflight import exit_status, preflight_hosts
+from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import load_profile, shipped_profiles
 from exemplar_tune.remediate import cmd_apply, cmd_audit, cmd_restore
-from exemplar_tune.render import facts_table
-from exemplar_tune.report import html_report, markdown, table, use_colour
 from exemplar_tune.snapshot import take_snapshot
 
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
