@@ -76,7 +76,8 @@ def simulate_run(rng: random.Random, level: float, cv: float, stall: float) -> l
 
 def ours(base: list[list[float]], cand: list[list[float]],
          rule: dict[str, float] | None = None) -> tuple[bool, int]:
-    """Run the sequential rule on A/B/A/B order; return (kept, runs used).
+    """Run the sequential rule in its A B B A order, deciding after every run as the loop
+    does; return (kept, runs used).
 
     ``rule`` overrides :class:`SequentialTest` parameters (``max_runs`` <= 6).
     """
@@ -86,10 +87,9 @@ def ours(base: list[list[float]], cand: list[list[float]],
         arm = test.next_arm()
         steps = next(arms[arm])
         test.add(arm, "default", run_value(steps), steps=steps)
-        if arm == "B":
-            decision = test.decide()
-            if decision.action != "continue":
-                return decision.action == "keep", test.runs("A") + test.runs("B")
+        decision = test.decide()
+        if decision.action != "continue":
+            return decision.action == "keep", test.runs("A") + test.runs("B")
 
 
 def welch(base: list[float], cand: list[float]) -> bool:

@@ -22,6 +22,12 @@ then cancels its job step) and SIGKILL after a grace period, and whatever the co
 running is killed when it exits. stdout and stderr are parsed together (stdout first); the
 ``json`` parser reads stdout alone when it holds a document.
 
+With ``slurm:`` (``mode: srun|sbatch``, ``partition``, ``nodes``, ``nodelist: inventory|[names]``,
+``time_limit``, ``container_image``, ``container_mounts``, ``export`` ...) the command is what
+every rank runs and :mod:`exemplar_tune.slurm.jobs` launches it (``srun`` or ``sbatch --wait``),
+collects each rank's output and maps the job's nodes back to inventory hosts; a job that
+fails, is cancelled, hits its time limit or is preempted gives no measurement.
+
 Each run gives a :class:`Measurement` or raises :class:`BenchmarkFailed` with a one-line
 reason: command not found, exit status N (with the last stderr line), killed by signal, timed
 out after N s, output unparsable (parser: why), no sample found (why), or wrong results
@@ -52,6 +58,9 @@ import yaml
 
 from exemplar_tune.diagnose import nccl_tests, steptime
 from exemplar_tune.errors import UserError
+from exemplar_tune.slurm.inventory import HostSource, InventoryError, host_nodes
+from exemplar_tune.slurm.jobs import JobError, run_job
+from exemplar_tune.slurm.shape import SlurmShape, check_slurm_command, slurm_shape
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "benchmark.schema.json"
 DEFAULT_TIMEOUT_S = 3600.0
@@ -92,6 +101,7 @@ class BenchmarkSpec:
     path: str | None = None
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
     workdir: Path | None = None
+    slurm: SlurmShape | None = None
 
 
 @dataclass(frozen=True)
@@ -105,11 +115,12 @@ class Measurement:
     higher_is_better: bool
     seconds: float
     log_path: Path | None = None
+    nodes: dict[str, str | None] = field(default_factory=dict, hash=False)  # Slurm node: host
 
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "unit": self.unit, "higher_is_better": self.higher_is_better,
                 "samples": list(self.samples), "seconds": round(self.seconds, 3),
-                "log": str(self.log_path) if self.log_path else None}
+                "log": str(self.log_path) if self.log_path else None, "nodes": dict(self.nodes)}
 
 
 # --- the benchmark file -------------------------------------------------------------------
@@ -197,6 +208,9 @@ def _check_shape(shape: dict[str, Any]) -> None:
             raise ValueError(f"command: cannot split it: {exc}") from None
         if not argv:
             raise ValueError("command: empty")
+    if "slurm" in shape:
+        command = shape["command"]
+        check_slurm_command(shlex.split(command) if isinstance(command, str) else command)
 
 
 def _spec(shape: dict[str, Any], base: Path) -> BenchmarkSpec:
@@ -214,7 +228,8 @@ def _spec(shape: dict[str, Any], base: Path) -> BenchmarkSpec:
         sizes=tuple(_bytes(s) for s in shape.get("sizes", ())), metric=metric,
         warmup=shape.get("warmup", DEFAULT_WARMUP), pattern=shape.get("pattern"),
         path=shape.get("path"), env={k: str(v) for k, v in shape.get("env", {}).items()},
-        workdir=base / workdir if workdir else None)
+        workdir=base / workdir if workdir else None,
+        slurm=slurm_shape(shape["slurm"], base) if "slurm" in shape else None)
 
 
 def _bytes(size: int | str) -> int:
@@ -227,12 +242,17 @@ def _bytes(size: int | str) -> int:
 # --- running ------------------------------------------------------------------------------
 
 def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
-                  log_dir: Path | None = None) -> Measurement:
+                  log_dir: Path | None = None, inventory: HostSource | None = None
+                  ) -> Measurement:
     """Run ``spec``'s command once and parse its output.
 
     ``env`` is added to the controller's environment after ``spec.env`` (it wins). With
     ``log_dir``, stdout then stderr are saved as ``<log_dir>/<shape>.log``, failed runs too.
+    ``inventory`` (an ``AnsibleRun``: inventory and limit) gives a Slurm shape its hosts:
+    ``nodelist: inventory`` and the host of each node; other shapes ignore it.
     """
+    if spec.slurm is not None:
+        return _run_on_slurm(spec, env or {}, log_dir, inventory)
     start = time.monotonic()
     rc, out, err, timed_out = _execute(spec, env or {})
     seconds = time.monotonic() - start
@@ -247,6 +267,29 @@ def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
         raise BenchmarkFailed(spec.name, str(exc), log_path) from None
     return Measurement(spec.name, value, samples, spec.unit, spec.higher_is_better, seconds,
                        log_path)
+
+
+def _run_on_slurm(spec: BenchmarkSpec, env: Mapping[str, str], log_dir: Path | None,
+                  inventory: HostSource | None) -> Measurement:
+    """One run of a Slurm shape: the job's ranks' output parsed, its nodes recorded."""
+    assert spec.slurm is not None
+    try:
+        hosts = host_nodes(inventory) if inventory is not None else None
+        job = run_job(spec.name, spec.command, spec.slurm, {**spec.env, **env}, spec.timeout,
+                      spec.workdir, hosts)
+    except (JobError, InventoryError) as exc:
+        raise BenchmarkFailed(spec.name, str(exc)) from None
+    log_path = None
+    if log_dir:
+        log_path = _save_log(Path(log_dir), spec.name, job.log, "")
+    if job.failure:
+        raise BenchmarkFailed(spec.name, job.failure, log_path)
+    try:
+        samples, value = _parse(spec, job.stdout, job.stderr)
+    except _NoValue as exc:
+        raise BenchmarkFailed(spec.name, str(exc), log_path) from None
+    return Measurement(spec.name, value, samples, spec.unit, spec.higher_is_better, job.seconds,
+                       log_path, job.nodes)
 
 
 def _execute(spec: BenchmarkSpec, env: Mapping[str, str]) -> tuple[int, str, str, bool]:

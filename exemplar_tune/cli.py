@@ -29,6 +29,7 @@ from exemplar_tune.experiments import (
     add_loop_options,
     cmd_history,
     cmd_report,
+    cmd_resume,
     cmd_show,
     cmd_tune,
     run_experiment,
@@ -42,6 +43,8 @@ from exemplar_tune.preflight_report import html_report, markdown, table, use_col
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import load_profile, shipped_profiles
 from exemplar_tune.remediate import cmd_apply, cmd_audit, cmd_restore
+from exemplar_tune.sim.commands import add_sim_parsers
+from exemplar_tune.slurm.cli import add_prolog_option, add_slurm
 from exemplar_tune.snapshot import take_snapshot
 
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
@@ -114,10 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune(sub)
     _add_restore(sub)
     _add_rollback(sub)
+    _add_resume(sub)
     _add_audit(sub)
     _add_history(sub)
     _add_diagnose(sub)
     _add_snapshot(sub)
+    add_sim_parsers(sub)
+    add_slurm(sub)
     return parser
 
 
@@ -160,6 +166,7 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--details", action="store_true",
                      help="fleet table: also list every host's checks")
     cmd.set_defaults(func=cmd_preflight)
+    add_prolog_option(cmd)
 
 
 APPLY_EPILOG = """examples:
@@ -200,10 +207,13 @@ TUNE_EPILOG = """examples:
   exemplar-tune apply --layer cpu --bench bench.yaml       one layer, measured
   exemplar-tune history; exemplar-tune show latest; exemplar-tune rollback --run EXP
 
-For each layer: A/B/A/B benchmark runs (the layer restored for A, applied for B) until the
-confidence interval of the relative change is clear of --min-effect, or --max-runs. Kept only
-if some workload shape is better and none worse; otherwise restored from the host journals.
-A failing or unparsable benchmark gives no measurement: the layer is restored.
+For each layer: benchmark runs in the order A B B A ... (the layer restored for A, applied
+for B; boot-time changes in blocks with reboots) until the confidence interval of the
+relative change is clear of --min-effect, or --max-runs. Kept only if some workload shape is
+better and none worse; otherwise restored from the host journals. A failing or unparsable
+benchmark gives no measurement: the layer is restored. With the profile's
+workload.reference, the summary gives the gap to the reference before and after.
+Try it on a simulated cluster: exemplar-tune demo; exemplar-tune sim --help.
 """
 
 
@@ -229,6 +239,19 @@ def _add_rollback(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
     cmd.add_argument("--ledger", type=Path)
     cmd.set_defaults(func=cmd_restore)
+
+
+def _add_resume(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("resume", help="continue an experiment whose controller died",
+                         description="Continue an interrupted tune/apply experiment: the layer "
+                         "it was measuring is restored from the host journals and measured "
+                         "again, decided layers stay as they are, the remaining layers follow.")
+    cmd.add_argument("--run", metavar="EXPERIMENT",
+                     help="the experiment (default: the only one whose controller died)")
+    cmd.add_argument("--allow-reboot", action="store_true", default=None,
+                     help="allow reboots this time even if the experiment did not")
+    cmd.add_argument("--ledger", type=Path)
+    cmd.set_defaults(func=cmd_resume)
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
@@ -443,14 +466,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _warn_unfinished(args: argparse.Namespace) -> None:
     """Point at experiments whose controller died, so nothing stays half-applied unnoticed."""
     path = getattr(args, "ledger", None) or default_ledger_path()
-    if args.command in ("rollback", "history", "show", "report") or not Path(path).exists():
+    quiet = ("rollback", "resume", "history", "show", "report", "sim")
+    if args.command in quiet or not Path(path).exists():
         return
     with Ledger(path) as ledger:
         for exp in ledger.unfinished():
             if exp.get("controller_alive") is False:
                 print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
-                      f"died): 'exemplar-tune rollback --run {exp['id']}' restores it",
-                      file=sys.stderr)
+                      f"died): 'exemplar-tune rollback --run {exp['id']}' restores it, "
+                      f"'exemplar-tune resume --run {exp['id']}' continues it", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

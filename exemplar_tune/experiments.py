@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
 from exemplar_tune.benchmark import load_benchmarks
-from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK
-from exemplar_tune.ledger import Ledger
+from exemplar_tune.checks.workload import DEFAULT_GATE, performance_ratio
+from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.facts import collect_facts
+from exemplar_tune.ledger import LAYER_DONE, Ledger
 from exemplar_tune.lock import hold_lock
+from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import load_profile
 from exemplar_tune.remediate import _runner, run_playbook
 from exemplar_tune.run_report import html_page, markdown
@@ -29,40 +33,126 @@ def add_loop_options(cmd: argparse.ArgumentParser) -> None:
                      help="runs per arm at most; inconclusive then means restore")
     cmd.add_argument("--allow-reboot", action="store_true",
                      help="reboot hosts whose change needs it (otherwise stop and say so)")
+    cmd.add_argument("--canary", type=int, default=0, metavar="N",
+                     help="measure each layer on N of the changing hosts first; roll a kept "
+                     "layer out to the rest afterwards")
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
 
 
-def target_key(args: argparse.Namespace) -> str:
+def target_key(target: dict[str, Any]) -> str:
     """What the lock protects: the same inventory/limit or sysroot."""
-    return json.dumps([args.inventory, args.limit, args.sysroot], sort_keys=True)
+    return json.dumps([target["inventory"], target["limit"], target["sysroot"]], sort_keys=True)
 
 
 def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> int:
     """Walk ``layers`` in preflight order through the measured loop; print the summary."""
     profile = load_profile(args.profile)
     specs = load_benchmarks(args.bench)
+    if args.canary < 0:
+        raise UserError(f"--canary {args.canary}: a number of hosts, 0 for none")
     if getattr(args, "dry_run", False):
         return _dry_run(args, profile, specs, layers)
-    options = LoopOptions(min_effect=args.min_effect, min_runs=args.min_runs,
-                          max_runs=args.max_runs, allow_reboot=args.allow_reboot)
-    with hold_lock(state_dir(), target_key(args)), Ledger(args.ledger) as ledger:
-        experiment = ledger.start_experiment(kind, profile["name"], {
-            "inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot},
-            {"bench": str(args.bench), "layers": layers, "min_effect": args.min_effect})
-        options.log_dir = state_dir() / "logs" / experiment
+    target = {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
+    options = {"bench": str(Path(args.bench).resolve()), "layers": layers,
+               "profile": _profile_ref(args.profile), "min_effect": args.min_effect,
+               "min_runs": args.min_runs, "max_runs": args.max_runs,
+               "allow_reboot": args.allow_reboot, "canary": args.canary,
+               "forks": args.forks, "timeout": args.timeout}
+    with hold_lock(state_dir(), target_key(target)), Ledger(args.ledger) as ledger:
+        experiment = ledger.start_experiment(kind, profile["name"], target, options)
         print(f"experiment {experiment}")
-        loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)
-        outcomes = [loop.layer(layer, position) for position, layer in enumerate(layers)]
-        failed = any(o.action in ("failed", "stopped") for o in outcomes)
-        ledger.finish(experiment, "failed" if failed else "finished")
+        ledger.set_summary(experiment, {"preflight": _preflight_groups(args, profile)})
+        return _walk(ledger, experiment, args, profile, specs, [(layer, False)
+                                                                for layer in layers])
+
+
+def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list[dict]:
+    """The failing and warning checks before any change: ``[{id, status, count, total}]``."""
+    hosts, missing = collect_facts(args.sysroot, _runner(args), None)
+    groups = preflight_hosts(hosts, profile, None, False, missing)["groups"]
+    return [{k: g[k] for k in ("id", "status", "count", "total")} for g in groups]
+
+
+def _profile_ref(name_or_path: str) -> str:
+    """A profile name, or the absolute path of a profile file (to load it again on resume)."""
+    path = Path(name_or_path)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") else name_or_path
+
+
+def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: dict[str, Any],
+          specs: list[Any], layers: list[tuple[str, bool]]) -> int:
+    """Measure ``layers`` (name, measured before) in order; stop at a layer that must wait."""
+    options = LoopOptions(min_effect=args.min_effect, min_runs=args.min_runs,
+                          max_runs=args.max_runs, allow_reboot=args.allow_reboot,
+                          canary=args.canary, log_dir=state_dir() / "logs" / experiment)
+    loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)
+    positions = {layer["layer"]: layer["position"]
+                 for layer in ledger.show(experiment)["layers"]}
+    outcomes = []
+    for layer, again in layers:
+        outcome = loop.layer(layer, positions.get(layer, len(positions)), again=again)
+        positions.setdefault(layer, len(positions))
+        outcomes.append(outcome)
+        if outcome.action == "stopped":
+            break
+    stopped = any(o.action == "stopped" for o in outcomes)
+    failed = any(o.action == "failed" or o.excluded for o in outcomes)
+    doc = ledger.show(experiment)
+    summary = dict(doc["experiment"]["summary"] or {})
+    if not stopped:
+        summary.update(gap_summary(doc, profile, loop.final_values() if specs else {}))
+    ledger.set_summary(experiment, summary)
+    ledger.finish(experiment, "failed" if failed or stopped else "finished")
+    _print_outcomes(experiment, outcomes, summary)
+    return EXIT_FINDINGS if failed or stopped else EXIT_OK
+
+
+def gap_summary(doc: dict[str, Any], profile: dict[str, Any], after: dict[str, float]
+                ) -> dict[str, Any]:
+    """Per shape: before (the first measured baseline), after, and both against the profile's
+    ``workload.reference`` and gate."""
+    workload = profile.get("workload") or {}
+    reference, gate = workload.get("reference") or {}, workload.get("gate", DEFAULT_GATE)
+    before: dict[str, list[float]] = {}
+    measured = [s for s in doc["samples"] if s["arm"] == "baseline"]
+    first = min((s["layer"] for s in measured), default=None,
+                key=lambda name: next(layer["position"] for layer in doc["layers"]
+                                      if layer["layer"] == name))
+    for sample in measured:
+        if sample["layer"] == first:
+            before.setdefault(sample["shape"], []).append(sample["value"])
+    shapes = {}
+    for shape, value in after.items():
+        entry: dict[str, Any] = {"before": statistics.fmean(before[shape]) if shape in before
+                                 else value, "after": value}
+        ref = reference.get(shape)
+        if ref:
+            better_high = bool(ref.get("higher_is_better", False))
+            for key in ("before", "after"):
+                entry[f"{key}_ratio"] = performance_ratio(entry[key], ref["value"], better_high)
+            entry["reference"] = ref["value"]
+        shapes[shape] = entry
+    ratios = [e["after_ratio"] for e in shapes.values() if "after_ratio" in e]
+    return {"gate": gate, "shapes": shapes,
+            "passed": all(r >= gate for r in ratios) if ratios else None}
+
+
+def _print_outcomes(experiment: str, outcomes: list[Any], summary: dict[str, Any]) -> None:
     for outcome in outcomes:
         print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {outcome.reason}")
         for c in outcome.comparisons:
             print(f"           {c['shape']}: {c['rel_change']:+.2%} ({c['confidence']:.1%} CI "
                   f"{c['ci_low']:+.2%}"
                   f" .. {c['ci_high']:+.2%}; {c['n_baseline']}+{c['n_candidate']} runs)")
-    print(f"details: exemplar-tune show {experiment}")
-    return EXIT_FINDINGS if failed else EXIT_OK
+        for host, why in outcome.excluded.items():
+            print(f"           excluded {host}: {why}")
+    for shape, entry in summary.get("shapes", {}).items():
+        if "after_ratio" in entry:
+            print(f"  {shape}: {entry['before_ratio']:.1%} -> {entry['after_ratio']:.1%} of the "
+                  f"reference ({entry['reference']:g}; gate {summary['gate']:.0%})")
+    if summary.get("passed") is not None:
+        print(f"  gate: {'PASSED' if summary['passed'] else 'NOT MET'}")
+    print(f"details: exemplar-tune show {experiment}; exemplar-tune report {experiment}")
 
 
 def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any],
@@ -70,15 +160,71 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
     """Print the plan: per layer the knobs that would change where; the benchmarks."""
     print(f"plan (dry run, nothing changes): profile {profile['name']}")
     run = _runner(args, check=True)
+    changing = 0
     for layer in layers:
         result = run_playbook(run, "apply", {"layer": layer, "exemplar_profile": profile})
         changes = {h: [k["knob"] for k in d["changed"]] for h, d in result["hosts"].items()}
         hosts = [f"{h} ({', '.join(k)})" for h, k in changes.items() if k]
-        print(f"  {layer}: " + ("; ".join(hosts) if hosts else "nothing to change"))
+        reboot = any(d["reboot_required"] for d in result["hosts"].values())
+        changing += bool(hosts)
+        print(f"  {layer}: " + ("; ".join(hosts) if hosts else "nothing to change")
+              + (" -- needs a reboot: " + ("allowed" if args.allow_reboot else
+                                           "the loop stops here") if reboot else ""))
     names = ", ".join(s.name for s in specs)
+    canary = f"; first on {args.canary} canary host(s)" if args.canary else ""
     print(f"  benchmarks: {names}; per changed layer {args.min_runs}-{args.max_runs} runs per "
-          f"arm, at most {2 * args.max_runs * len(specs)} benchmark runs")
+          f"arm{canary}; at most {2 * args.max_runs * len(specs) * changing} benchmark runs "
+          f"in all, plus {args.min_runs * len(specs)} for the final measurement")
     return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``exemplar-tune resume``: continue an experiment whose controller died.
+
+    The interrupted layer is restored from its journals and measured again; layers already
+    decided keep their decision; the remaining layers follow.
+    """
+    with Ledger(args.ledger) as ledger:
+        experiment = _resumable(ledger, args.run)
+        doc = ledger.show(experiment)
+        options, target = doc["experiment"]["options"], doc["experiment"]["target"]
+        if "profile" not in options:
+            raise UserError(f"experiment {experiment} was recorded without its loop options; "
+                            f"use 'exemplar-tune rollback --run {experiment}'")
+        allow_reboot = args.allow_reboot
+        args = argparse.Namespace(**target, **options, ledger=args.ledger)
+        args.bench = Path(options["bench"])
+        args.allow_reboot = args.allow_reboot or bool(allow_reboot)
+        profile, specs = load_profile(options["profile"]), load_benchmarks(args.bench)
+        done = {layer["layer"] for layer in doc["layers"] if layer["status"] in LAYER_DONE}
+        seen = {layer["layer"] for layer in doc["layers"]}
+        with hold_lock(state_dir(), target_key(target)):
+            ledger.resume_experiment(experiment)
+            print(f"experiment {experiment} resumed")
+            todo = [(layer, layer in seen) for layer in options["layers"] if layer not in done]
+            return _walk(ledger, experiment, args, profile, specs, todo)
+
+
+def _resumable(ledger: Ledger, wanted: str | None) -> str:
+    """The unfinished experiment to resume: ``wanted`` or the only one whose controller died."""
+    dead = [e for e in ledger.unfinished() if e["controller_alive"] is False]
+    stopped = [e for e in ledger.history(50) if e["status"] == "failed"]
+    if wanted:
+        exp = ledger.show(wanted)["experiment"]
+        if exp["status"] in ("finished", "rolled_back"):
+            raise UserError(f"experiment {exp['id']} is {exp['status']}: nothing to resume")
+        if exp["status"] == "running" and exp["id"] not in {e["id"] for e in dead}:
+            raise UserError(f"experiment {exp['id']} is still running (pid "
+                            f"{exp['controller_pid']} on {exp['controller_host']})")
+        return exp["id"]
+    if len(dead) == 1:
+        return dead[0]["id"]
+    if not dead and stopped:
+        raise UserError(f"no interrupted experiment; name one with --run (latest stopped or "
+                        f"failed: {stopped[0]['id']})")
+    raise UserError("no interrupted experiment to resume" if not dead else
+                    "several interrupted experiments: choose one with --run ("
+                    + ", ".join(e["id"] for e in dead) + ")")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

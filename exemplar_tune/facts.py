@@ -46,9 +46,11 @@ def facts_from_hosts(run: AnsibleRun, layers: list[str] | None) -> tuple[dict, R
     """
     names = [layer.name for layer in select_layers(layers)]
     # A host whose inventory sets exemplar_sysroot is read inside that tree (simulated hosts,
-    # captured bundles laid out on a host); the others are read live.
+    # captured bundles laid out on a host); the others are read live. A host with
+    # exemplar_bmc_address also has its BIOS read over Redfish (password: no_log).
     outcome = run.module("exemplar.tune.facts", {
-        "layers": names, "sysroot": "{{ exemplar_sysroot | default('/') }}"})
+        "layers": names, "sysroot": "{{ exemplar_sysroot | default('/') }}",
+        "bmc": "{{ lookup('exemplar.tune.bmc') }}"})
     facts = {}
     for host, result in outcome.hosts.items():
         for task in result.tasks:

@@ -117,7 +117,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
     "CREATE INDEX experiments_started ON experiments(started_at)",
     "CREATE INDEX hosts_layer ON hosts(experiment_id, layer)",
     "CREATE INDEX events_experiment ON events(experiment_id, id)",
-),)
+), (
+    # v2: the experiment's outcome against the profile's reference (tune's summary).
+    "ALTER TABLE experiments ADD COLUMN summary_json TEXT",
+))
 SCHEMA_VERSION = len(MIGRATIONS)
 _T = TypeVar("_T")
 
@@ -160,7 +163,7 @@ def _row(row: sqlite3.Row, drop: tuple[str, ...] = ("experiment_id",)) -> dict[s
         if key in drop:
             continue
         if key.endswith("_json"):
-            out[key.removesuffix("_json")] = json.loads(value)
+            out[key.removesuffix("_json")] = None if value is None else json.loads(value)
         elif key == "reboot_required":
             out[key] = bool(value)
         else:
@@ -325,6 +328,18 @@ class Ledger:
                 raise ValueError(f"layer {layer!r} is already in experiment {exp!r}") from None
 
     @_guarded
+    def reset_layer(self, exp: str, layer: str) -> None:
+        """Forget a layer's hosts, samples and decision and make it ``pending`` again
+        (measuring it anew when an interrupted experiment is resumed)."""
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            for table in ("hosts", "samples", "decisions"):
+                conn.execute(f"DELETE FROM {table} WHERE experiment_id = ? AND layer = ?",  # noqa: S608
+                             (exp, layer))
+            conn.execute("UPDATE layers SET status = 'pending', reboot_required = 0, "
+                         "finished_at = NULL WHERE experiment_id = ? AND layer = ?", (exp, layer))
+
+    @_guarded
     def set_layer_status(self, exp: str, layer: str, status: str, **fields: Any) -> None:
         """Move ``layer`` to ``status``; ``fields`` may set run_id, reboot_required,
         started_at, finished_at. ``started_at`` is stamped the first time a layer leaves
@@ -410,6 +425,14 @@ class Ledger:
             self._require_experiment(exp)
             conn.execute("INSERT INTO events (experiment_id, at, level, message) "
                          "VALUES (?, ?, ?, ?)", (exp, _now(), level, message))
+
+    @_guarded
+    def set_summary(self, exp: str, summary: Mapping[str, Any]) -> None:
+        """Store the experiment's summary (JSON-serialisable), replacing any earlier one."""
+        with self._write() as conn:
+            self._require_experiment(exp)
+            conn.execute("UPDATE experiments SET summary_json = ? WHERE id = ?",
+                         (json.dumps(dict(summary), sort_keys=True), exp))
 
     @_guarded
     def finish(self, exp: str, status: str) -> None:

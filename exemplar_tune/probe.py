@@ -20,6 +20,15 @@ lines, such as launcher chatter, are ignored), ``@xt begin 1`` first and ``@xt e
     @xt topo_readable 1               0 or 1
     @xt topo_head <system version="1">      the first lines of the file (at most 16)
     @xt python Python 3.10.12         or "-" when python3 is absent
+    @xt slurm SLURM_JOB_ID=12         the job's SLURM_JOB_ID, SLURM_STEP_ID, SLURMD_NODENAME,
+                                      SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_JOB_GPUS,
+                                      CUDA_VISIBLE_DEVICES (each when set)
+    @xt cpus_allowed 0-3,8-11         Cpus_allowed_list of /proc/self/status: the job's cpuset
+    @xt cgroup 0::/system.slice/...   every line of /proc/self/cgroup
+
+Run through ``srun -N1 -w NODE [--container-image=IMG]`` the probe is inside the allocation:
+its cpuset and cgroup are the job step's, which the placement checks compare with the NUMA
+nodes of the job's GPUs (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS`` are GPU minor numbers).
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ MARK = "@xt "
 SYSTEM_CONF = "/etc/nccl.conf"
 HEAD_CHARS = 4096
 _NAME = re.compile(r"^NCCL_[A-Za-z0-9_]*$")
+_JOB_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
+_SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_JOB_NODELIST",
+               "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 _SYSTEM_V1 = re.compile(r"<system\b[^>]*\bversion\s*=\s*([\"'])1\1")
 
 # Builtins only (plus python3 when present): minimal images may lack cat, sed, head, env.
@@ -95,6 +107,20 @@ if command -v python3 >/dev/null 2>&1; then
     p "python ${v:--}"
 else
     p "python -"
+fi
+for sv in SLURM_JOB_ID SLURM_STEP_ID SLURMD_NODENAME SLURM_JOB_NODELIST SLURM_STEP_GPUS \
+          SLURM_JOB_GPUS CUDA_VISIBLE_DEVICES; do
+    eval "[ -n \"\${$sv+x}\" ]" || continue
+    eval "sw=\${$sv}"
+    p "slurm $sv=$sw"
+done
+if [ -r /proc/self/status ]; then
+    while IFS= read -r l || [ -n "$l" ]; do
+        case $l in Cpus_allowed_list:*) p "cpus_allowed ${l#Cpus_allowed_list:}" ;; esac
+    done < /proc/self/status
+fi
+if [ -r /proc/self/cgroup ]; then
+    while IFS= read -r l || [ -n "$l" ]; do p "cgroup $l"; done < /proc/self/cgroup
 fi
 p end
 """
@@ -180,6 +206,7 @@ def parse_probe_output(text: str) -> dict[str, Any]:
     conf: dict[str, list[str] | None] = {}
     topo: dict[str, Any] = {"path": None, "source": None, "kind": "none", "head": []}
     seen, python = set(), None
+    job: dict[str, Any] = {"slurm": {}, "cpus_allowed": None, "cgroup": []}
     for record in records:
         kind, _, rest = record.partition(" ")
         seen.add(kind)
@@ -195,10 +222,42 @@ def parse_probe_output(text: str) -> dict[str, Any]:
             topo["head"].append(rest)
         elif kind == "python":
             python = None if rest in ("", "-") else rest
+        elif kind in ("slurm", "cpus_allowed", "cgroup"):
+            _job_record(job, kind, rest)
     nccl_conf = {path: None if lines is None else parse_nccl_conf("\n".join(lines))
                  for path, lines in conf.items()}
     return {"complete": {"begin", "end"} <= seen, "env": env,
-            "topo_file": _topo_summary(topo), "nccl_conf": nccl_conf, "python": python}
+            "topo_file": _topo_summary(topo), "nccl_conf": nccl_conf, "python": python,
+            "job": _job_summary(job)}
+
+
+def _job_record(job: dict[str, Any], kind: str, rest: str) -> None:
+    """Record one ``slurm NAME=VALUE``, ``cpus_allowed LIST`` or ``cgroup LINE`` line."""
+    if kind == "slurm":
+        name, sep, value = rest.partition("=")
+        if sep and name in _SLURM_VARS:
+            job["slurm"][name] = value
+    elif kind == "cpus_allowed":
+        job["cpus_allowed"] = rest.strip() or None
+    else:
+        job["cgroup"].append(rest)
+
+
+def _job_summary(job: dict[str, Any]) -> dict[str, Any]:
+    """``{id, node, gpus, cpus_allowed, cgroup, slurm}`` of the job the probe ran in.
+
+    ``id`` is ``SLURM_JOB_ID``, else the ``job_<id>`` of the cgroup path; ``gpus`` the GPU
+    minor numbers of ``SLURM_STEP_GPUS`` (else ``SLURM_JOB_GPUS``), None when unknown.
+    """
+    slurm = job["slurm"]
+    found = (_JOB_CGROUP.search(line) for line in job["cgroup"])
+    from_cgroup = next((m.group(1) for m in found if m), None)
+    gpus = slurm.get("SLURM_STEP_GPUS", slurm.get("SLURM_JOB_GPUS"))
+    items = [g.strip() for g in gpus.split(",")] if gpus else None
+    return {"id": slurm.get("SLURM_JOB_ID") or from_cgroup,
+            "node": slurm.get("SLURMD_NODENAME"),
+            "gpus": [int(g) for g in items if g.isdigit()] if items else None,
+            "cpus_allowed": job["cpus_allowed"], "cgroup": job["cgroup"], "slurm": slurm}
 
 
 def _conf_record(conf: dict[str, list[str] | None], kind: str, rest: str) -> None:

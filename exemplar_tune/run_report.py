@@ -25,6 +25,31 @@ def kept_effects(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
     return effects
 
 
+def gap_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """``(shape, reference, before, after)`` against the profile's reference, as text."""
+    summary = doc["experiment"].get("summary") or {}
+    rows = []
+    for shape, entry in (summary.get("shapes") or {}).items():
+        if "after_ratio" in entry:
+            rows.append((shape, f"{entry['reference']:g}",
+                         f"{entry['before']:.4g} ({entry['before_ratio']:.1%})",
+                         f"{entry['after']:.4g} ({entry['after_ratio']:.1%})"))
+    return rows
+
+
+def preflight_groups(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The failing and warning checks recorded before the experiment changed anything."""
+    return (doc["experiment"].get("summary") or {}).get("preflight") or []
+
+
+def _gate_text(doc: dict[str, Any]) -> str:
+    summary = doc["experiment"].get("summary") or {}
+    if summary.get("passed") is None:
+        return "No reference in the profile: the gap is not known."
+    verdict = "reached" if summary["passed"] else "not reached"
+    return f"Gate {summary['gate']:.0%} of the reference: **{verdict}**."
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The experiment as Markdown: layers, decisions with intervals, the gap closed."""
     exp = doc["experiment"]
@@ -40,6 +65,14 @@ def markdown(doc: dict[str, Any]) -> str:
                        f"{c['n_baseline']}+{c['n_candidate']} |")
             shape = c["shape"] if c else "–"
             out.append(f"| {layer['layer']} | {layer['status']} | {shape} {numbers}")
+    out += ["", "## Preflight before tuning", ""]
+    out += [f"- {g['status'].upper()} {g['id']}: {g['count']}/{g['total']} hosts"
+            for g in preflight_groups(doc)] or ["Every check passed (or none was recorded)."]
+    out += ["", "## Gap to the reference", "", _gate_text(doc), ""]
+    gap = gap_rows(doc)
+    if gap:
+        out += ["| shape | reference | before | after |", "|---|---|---|---|"]
+        out += [f"| {' | '.join(row)} |" for row in gap]
     out += ["", "## Effect of the kept layers", ""]
     out += [f"- {layer} / {shape}: {change:+.2%}" for layer, shape, change in
             kept_effects(doc)] or ["No layer was kept."]
@@ -92,6 +125,21 @@ def _distributions(doc: dict[str, Any], layer: str) -> str:
             + f"</svg><p>range {low:.4g} .. {high:.4g}</p>")
 
 
+def _preflight_items(doc: dict[str, Any]) -> str:
+    return "".join(f"<li>{html.escape(g['status'].upper())} {html.escape(g['id'])}: "
+                   f"{g['count']}/{g['total']} hosts</li>" for g in preflight_groups(doc))
+
+
+def _gap_table(doc: dict[str, Any]) -> str:
+    rows = gap_rows(doc)
+    if not rows:
+        return ""
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                    for row in rows)
+    return ("<table><tr><th>shape</th><th>reference</th><th>before</th><th>after</th></tr>"
+            f"{cells}</table>")
+
+
 def html_page(doc: dict[str, Any]) -> str:
     """A self-contained HTML page of the experiment."""
     table = markdown(doc).split("\n## ")[0].splitlines()[4:]
@@ -108,5 +156,8 @@ def html_page(doc: dict[str, Any]) -> str:
             f"profile {html.escape(str(exp['profile_name']))}, status {html.escape(exp['status'])}"
             "</p><table><tr><th>layer</th><th>status</th><th>shape</th><th>change</th>"
             f"<th>interval</th><th>runs</th></tr>{rows}</table>"
+            f"<h2>Preflight before tuning</h2><ul>{_preflight_items(doc)}</ul>"
+            f"<h2>Gap to the reference</h2><p>{html.escape(_gate_text(doc)).replace('**', '')}"
+            f"</p>{_gap_table(doc)}"
             f"<h2>Gap closed per kept layer</h2>{_waterfall(kept_effects(doc))}"
             f"<h2>Step-time distributions</h2>{layers}</body></html>\n")

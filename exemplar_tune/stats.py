@@ -305,11 +305,16 @@ def decide_shapes(comparisons: list[Comparison]) -> tuple[Action, str]:
 
 
 class SequentialTest:
-    """Interleaved A/B runs with a decision after every pair (rule 7)."""
+    """A/B runs with a decision after every run (rule 7).
+
+    Interleaved (A B B A ..., the default) when the arms can be switched at runtime; otherwise
+    (``interleave=False``, changes that need a reboot) in blocks: ``min_runs`` baseline runs,
+    then candidate runs until the decision is clear or ``max_runs`` candidate runs.
+    """
 
     def __init__(self, *, higher_is_better: bool, min_effect: float = 0.01,
                  confidence: float = 0.95, stop_confidence: float = 0.80,
-                 min_runs: int = 3, max_runs: int = 6) -> None:
+                 min_runs: int = 3, max_runs: int = 6, interleave: bool = True) -> None:
         if not 2 <= min_runs <= max_runs:
             raise ValueError(f"need 2 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
         if not 0.0 < stop_confidence < 1.0 or not 0.0 < confidence < 1.0:
@@ -317,7 +322,7 @@ class SequentialTest:
                              f"{stop_confidence}")
         self.higher_is_better, self.min_effect = higher_is_better, min_effect
         self.confidence, self.stop_confidence = confidence, stop_confidence
-        self.min_runs, self.max_runs = min_runs, max_runs
+        self.min_runs, self.max_runs, self.interleave = min_runs, max_runs, interleave
         self._values: dict[tuple[str, str], list[float]] = {}
         self._tails: dict[tuple[str, str], list[tuple[int, int] | None]] = {}
 
@@ -347,8 +352,12 @@ class SequentialTest:
         return list(dict.fromkeys(shape for _, shape in self._values))
 
     def next_arm(self) -> str:
-        """A/B/A/B order: the arm with fewer complete runs, baseline first."""
-        return BASELINE if self.runs(BASELINE) <= self.runs(CANDIDATE) else CANDIDATE
+        """A B B A A B B A ... (interleaved pairs in ABBA order: linear drift cancels within
+        every four runs, and the arms switch only every second run), or the blocks."""
+        if not self.interleave:
+            return BASELINE if self.runs(BASELINE) < self.min_runs else CANDIDATE
+        order = (BASELINE, CANDIDATE, CANDIDATE, BASELINE)
+        return order[(self.runs(BASELINE) + self.runs(CANDIDATE)) % 4]
 
     def _interval(self, shape: str, confidence: float) -> Comparison:
         return compare(self._values[(BASELINE, shape)], self._values[(CANDIDATE, shape)],
@@ -375,7 +384,8 @@ class SequentialTest:
             return Decision("continue", f"{pairs} of {self.min_runs} minimum run pairs", [])
         comparisons = [self._compare_shape(s) for s in self.shapes()]
         action, reason = decide_shapes(comparisons)
-        if action == "continue" and pairs >= self.max_runs:
-            return Decision("restore", f"inconclusive after {pairs} run pairs: {reason}",
-                            comparisons)
+        done = self.runs(CANDIDATE) if not self.interleave else pairs
+        if action == "continue" and done >= self.max_runs:
+            return Decision("restore", f"inconclusive after {self.runs(BASELINE)}+"
+                            f"{self.runs(CANDIDATE)} runs: {reason}", comparisons)
         return Decision(action, reason, comparisons)

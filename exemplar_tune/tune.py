@@ -1,19 +1,29 @@
 """The measured loop: baseline -> apply one layer -> re-benchmark -> keep or restore.
 
-For each layer: the hosts are brought to the layer's target through its role (journaled under
-the run id ``<experiment>-<layer>``), the benchmarks run interleaved baseline/candidate
-(A/B/A/B: the layer is restored for each baseline run and re-applied for each candidate run,
-which cancels slow drift), and :class:`exemplar_tune.stats.SequentialTest` decides after every
-pair. The layer is kept only when some workload shape is better beyond the minimum effect and
-none is worse; otherwise it is restored from the journals. A benchmark that fails, times out
-or prints nothing parsable gives no measurement: the layer is restored and the reason kept.
-Changes that need a reboot stop the loop (unless reboots are allowed) with the next step
-printed. Everything goes to the SQLite ledger as it happens, so a killed controller leaves a
-record that ``exemplar-tune rollback`` can act on.
+For each layer: a check-mode run plans which hosts would change and whether the change needs
+a reboot. The hosts are brought to the layer's target through its role (journaled under the
+run id ``<experiment>-<layer>``) and the benchmarks run as baseline (A) and candidate (B):
+interleaved A/B/A/B when the change takes effect at runtime (the layer is restored for A and
+re-applied for B, which cancels slow drift), in blocks (A A A, apply and reboot, B B B ...)
+when it needs a reboot. :class:`exemplar_tune.stats.SequentialTest` decides after every
+candidate run. The layer is kept only when some workload shape is better beyond the minimum
+effect and none is worse; otherwise it is restored from the journals (and rebooted again
+where the change was a boot-time one).
+
+With a canary (``canary > 0``) the layer is measured on that many of the changing hosts
+first; only a kept layer is then rolled out to the rest. Hosts that fail or cannot be reached
+while changing are restored (the others) and reported; a restore that cannot reach a host
+fails the layer with the ``rollback`` command to run once the host is back. A benchmark that
+fails, times out or prints nothing parsable gives no measurement: the layer is restored and
+the reason kept. Everything goes to the SQLite ledger as it happens, so a killed controller
+leaves a record that ``exemplar-tune rollback`` or ``resume`` can act on.
+
+Benchmark commands see ``EXEMPLAR_TUNE_HOSTS``: the comma-separated hosts being measured.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +32,14 @@ from typing import Any
 
 from exemplar_tune.ansible_run import AnsibleRun
 from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, run_benchmark
+from exemplar_tune.checks.base import FAIL
+from exemplar_tune.checks.run import run_checks
+from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.remediate import run_playbook
 from exemplar_tune.stats import BASELINE, CANDIDATE, SequentialTest
+
+HOSTS_VARIABLE = "EXEMPLAR_TUNE_HOSTS"
 
 
 @dataclass
@@ -36,6 +51,7 @@ class LoopOptions:
     min_runs: int = 3
     max_runs: int = 6
     allow_reboot: bool = False
+    canary: int = 0
     log_dir: Path | None = None
     progress: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
 
@@ -48,6 +64,19 @@ class LayerOutcome:
     action: str  # keep | restore | skipped | failed | stopped
     reason: str
     comparisons: list[dict[str, Any]] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Scope:
+    """The hosts one layer is measured on, and what is known about them."""
+
+    layer: str
+    run_id: str
+    hosts: list[str]
+    rest: list[str]
+    reboot: bool
+    applied: bool = False
 
 
 class LayerLoop:
@@ -57,103 +86,201 @@ class LayerLoop:
                  ledger: Ledger, experiment: str, options: LoopOptions) -> None:
         self.run, self.profile, self.specs = run, profile, specs
         self.ledger, self.experiment, self.options = ledger, experiment, options
-        self.applied = False
+        self.measured_hosts: list[str] = []
 
     # -- one layer ------------------------------------------------------------------------
 
-    def layer(self, layer: str, position: int) -> LayerOutcome:
-        """Measure ``layer`` and keep or restore it; every step is recorded."""
+    def layer(self, layer: str, position: int, *, again: bool = False) -> LayerOutcome:
+        """Measure ``layer`` and keep or restore it; every step is recorded.
+
+        ``again``: the layer is already in the ledger (a resumed experiment); its earlier
+        records are cleared first.
+        """
         run_id = f"{self.experiment}-{layer}"
-        self.ledger.add_layer(self.experiment, layer, position, run_id)
-        plan = self._playbook("apply", layer, check=True)
-        if not any(h["changed"] for h in plan["hosts"].values()):
+        if again:
+            lost = self._undo_interrupted(layer, run_id)
+            if lost:
+                return self._finish(layer, "failed", lost, status="failed")
+        else:
+            self.ledger.add_layer(self.experiment, layer, position, run_id)
+        plan = self._playbook(self.run, "apply", layer, check=True)
+        self.measured_hosts = sorted(plan["hosts"])
+        if plan["unreachable"] or plan["failed"]:
+            return self._finish(layer, "failed", "hosts failed or unreachable while planning "
+                                "(nothing changed): " + _names(plan), status="failed")
+        changing = sorted(h for h, d in plan["hosts"].items() if d["changed"])
+        if not changing:
             return self._finish(layer, "skipped", "already at the profile's target")
-        test = SequentialTest(higher_is_better=False, min_effect=self.options.min_effect,
-                              confidence=self.options.confidence,
-                              min_runs=self.options.min_runs, max_runs=self.options.max_runs)
-        self.applied = False
+        reboot = any(plan["hosts"][h]["reboot_required"] for h in changing)
+        canary = changing[:self.options.canary] if self.options.canary else []
+        scope = Scope(layer, run_id, canary or changing, changing[len(canary):] if canary else [],
+                      reboot)
         try:
-            return self._measure_until_decided(layer, run_id, test)
+            outcome = self._measure_until_decided(scope)
         except BenchmarkFailed as exc:
-            self._restore(layer, run_id)
-            return self._finish(layer, "failed", f"no measurement: {exc}")
+            return self._fail_restoring(scope, f"no measurement: {exc}")
         except LayerStopped as exc:
             return self._finish(layer, "stopped", str(exc), status="applied")
+        except HostsLost as exc:
+            return self._finish(layer, "failed", str(exc), status="failed")
+        if outcome.action == "keep" and scope.rest:
+            outcome.excluded = self._roll_out(scope)
+        return outcome
 
-    def _measure_until_decided(self, layer: str, run_id: str, test: SequentialTest
-                               ) -> LayerOutcome:
+    def _undo_interrupted(self, layer: str, run_id: str) -> str | None:
+        """Restore a layer an earlier controller left half-measured, reboot it back if its
+        change was a boot-time one, and clear its records; the reason on failure."""
+        recorded = next(r for r in self.ledger.show(self.experiment)["layers"]
+                        if r["layer"] == layer)
+        scope = Scope(layer, run_id, [], [], recorded["reboot_required"], applied=True)
+        self.options.progress(f"{layer}: restoring what the interrupted run left applied")
+        try:
+            self._restore(scope, ["all"])
+        except HostsLost as exc:
+            return str(exc)
+        self.ledger.reset_layer(self.experiment, layer)
+        return None
+
+    def _fail_restoring(self, scope: Scope, reason: str) -> LayerOutcome:
+        try:
+            self._restore(scope)
+        except HostsLost as exc:
+            reason = f"{reason}; {exc}"
+        return self._finish(scope.layer, "failed", reason, status="failed")
+
+    def _measure_until_decided(self, scope: Scope) -> LayerOutcome:
+        test = SequentialTest(higher_is_better=False, min_effect=self.options.min_effect,
+                              confidence=self.options.confidence,
+                              min_runs=self.options.min_runs, max_runs=self.options.max_runs,
+                              interleave=not scope.reboot)
+        where = f" on canary {', '.join(scope.hosts)}" if scope.rest else ""
+        self.options.progress(f"{scope.layer}: measuring{where} ("
+                              f"{'blocks, reboot' if scope.reboot else 'A/B interleaved'}; "
+                              f"{self.options.min_runs}-{self.options.max_runs} runs per arm)")
         while True:
             arm = test.next_arm()
-            self._set_arm(layer, run_id, arm)
+            self._set_arm(scope, arm)
             index = test.runs(arm)
-            self.options.progress(f"{layer}: {ARM_NAMES[arm]} run {index + 1} (at most "
-                                  f"{self.options.max_runs} per arm)")
             for spec in self.specs:
-                measurement = run_benchmark(spec, log_dir=self.options.log_dir)
+                measurement = self._bench(spec, scope.hosts if scope.rest else None)
                 test.add(arm, spec.name, _time_like(measurement.value, spec.higher_is_better),
                          steps=None if spec.higher_is_better else measurement.samples)
-                self.ledger.add_sample(self.experiment, layer, ARM_NAMES[arm], spec.name, index,
-                                       measurement.value, measurement.unit, measurement.samples,
-                                       str(measurement.log_path or ""), measurement.seconds)
+                self.ledger.add_sample(self.experiment, scope.layer, ARM_NAMES[arm], spec.name,
+                                       index, measurement.value, measurement.unit,
+                                       measurement.samples, str(measurement.log_path or ""),
+                                       measurement.seconds)
             decision = test.decide()
+            self.options.progress(_progress_line(scope.layer, arm, index, test, decision))
             if decision.action != "continue":
                 break
         comparisons = [_comparison_dict(c) for c in decision.comparisons]
-        self.ledger.record_decision(self.experiment, layer, decision.action, decision.reason,
-                                    comparisons)
+        self.ledger.record_decision(self.experiment, scope.layer, decision.action,
+                                    decision.reason, comparisons)
         if decision.action == "keep":
-            self._set_arm(layer, run_id, CANDIDATE)
-            return self._finish(layer, "keep", decision.reason, comparisons)
-        self._restore(layer, run_id)
-        return self._finish(layer, "restore", decision.reason, comparisons)
+            self._set_arm(scope, CANDIDATE)
+            return self._finish(scope.layer, "keep", decision.reason, comparisons)
+        self._restore(scope)
+        return self._finish(scope.layer, "restore", decision.reason, comparisons)
+
+    def _bench(self, spec: BenchmarkSpec, hosts: list[str] | None) -> Any:
+        names = ",".join(hosts or self.measured_hosts)
+        return run_benchmark(spec, env={HOSTS_VARIABLE: names}, log_dir=self.options.log_dir,
+                             inventory=self.run.limited(names) if names else self.run)
 
     # -- moving between the arms ------------------------------------------------------------
 
-    def _set_arm(self, layer: str, run_id: str, arm: str) -> None:
-        if arm == CANDIDATE and not self.applied:
-            result = self._playbook("apply", layer, run_id=run_id)
-            self.ledger.record_hosts(self.experiment, layer, _host_records(result))
-            self.applied = True
-            self._check_hosts(layer, run_id, result)
-        elif arm == BASELINE and self.applied:
-            self._restore(layer, run_id)
+    def _set_arm(self, scope: Scope, arm: str) -> None:
+        if arm == CANDIDATE and not scope.applied:
+            self._apply(scope, scope.hosts)
+        elif arm == BASELINE and scope.applied:
+            self._restore(scope)
 
-    def _check_hosts(self, layer: str, run_id: str, result: dict[str, Any]) -> None:
+    def _apply(self, scope: Scope, hosts: list[str]) -> dict[str, Any]:
+        result = self._playbook(self.run.limited(",".join(hosts)), "apply", scope.layer,
+                                run_id=scope.run_id)
+        self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
+        scope.applied = True
         broken = {**result["failed"], **result["unreachable"]}
         if broken:
-            self._restore(layer, run_id)
-            raise BenchmarkFailed(layer, "hosts failed or unreachable while applying: "
-                                  + ", ".join(f"{h} ({why})" for h, why in broken.items()))
+            self._restore(scope)
+            raise BenchmarkFailed(scope.layer, "hosts failed or unreachable while applying: "
+                                  + _names(result))
         reboot = sorted(h for h, d in result["hosts"].items() if d["reboot_required"])
-        if reboot and self.options.allow_reboot:
-            self.ledger.log_event(self.experiment, "info", f"{layer}: rebooting {reboot}")
-            self.options.progress(f"{layer}: rebooting {', '.join(reboot)}")
-            rebooted = run_playbook(self.run.limited(",".join(reboot)), "reboot", {})
-            if rebooted["failed"] or rebooted["unreachable"]:
-                raise BenchmarkFailed(layer, f"reboot failed: {rebooted['failed']} "
-                                      f"{rebooted['unreachable']}")
-        elif reboot:
-            self.ledger.set_layer_status(self.experiment, layer, "applied", reboot_required=True)
+        if reboot and not self.options.allow_reboot:
+            self.ledger.set_layer_status(self.experiment, scope.layer, "applied",
+                                         reboot_required=True)
             raise LayerStopped(f"reboot required on {', '.join(reboot)} before the change takes "
-                               f"effect: reboot them, then measure again, or restore with "
-                               f"'exemplar-tune rollback --run {self.experiment}'")
+                               f"effect: run 'exemplar-tune resume --run {self.experiment} "
+                               f"--allow-reboot' to reboot them, measure and decide, or "
+                               f"'exemplar-tune rollback --run {self.experiment}' to undo it")
+        if reboot:
+            self._reboot(scope.layer, reboot)
+        return result
 
-    def _restore(self, layer: str, run_id: str) -> None:
-        self._playbook("restore", layer, run_id=run_id)
-        self.applied = False
+    def _restore(self, scope: Scope, hosts: list[str] | None = None) -> None:
+        hosts = hosts or scope.hosts
+        result = self._playbook(self.run.limited(",".join(hosts)), "restore", scope.layer,
+                                run_id=scope.run_id)
+        scope.applied = False
+        broken = {**result["failed"], **result["unreachable"]}
+        if broken:
+            message = (f"{scope.layer}: restore failed on " + _names(result) + ": once they "
+                       f"answer, run 'exemplar-tune rollback --run {self.experiment}'")
+            self.ledger.log_event(self.experiment, "error", message)
+            raise HostsLost(message)
+        if scope.reboot and self.options.allow_reboot:
+            self._reboot(scope.layer, hosts)
 
-    def _playbook(self, name: str, layer: str, run_id: str | None = None,
+    def _reboot(self, layer: str, hosts: list[str]) -> None:
+        """Reboot ``hosts``, wait for them, and re-check the layer's facts."""
+        self.ledger.log_event(self.experiment, "info", f"{layer}: rebooting {hosts}")
+        self.options.progress(f"{layer}: rebooting {', '.join(hosts)}")
+        target = self.run.limited(",".join(hosts))
+        rebooted = run_playbook(target, "reboot", {})
+        if rebooted["failed"] or rebooted["unreachable"]:
+            raise HostsLost(f"{layer}: reboot failed on {_names(rebooted)}: once they answer, "
+                            f"run 'exemplar-tune rollback --run {self.experiment}'")
+        facts, _ = facts_from_hosts(target, [layer])
+        for host, host_facts in sorted(facts.items()):
+            failing = [r.id for r in run_checks(host_facts, self.profile, [layer], False)
+                       if r.status == FAIL]
+            if failing:
+                note = f"{layer}: after the reboot {host} still fails {', '.join(failing)}"
+                self.ledger.log_event(self.experiment, "warning", note)
+                self.options.progress(note)
+
+    def _roll_out(self, scope: Scope) -> dict[str, str]:
+        """Apply a kept layer to the hosts after the canary; restore and exclude any that fail."""
+        self.options.progress(f"{scope.layer}: kept on the canary; applying to "
+                              f"{len(scope.rest)} more host(s)")
+        result = self._playbook(self.run.limited(",".join(scope.rest)), "apply", scope.layer,
+                                run_id=scope.run_id)
+        self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
+        broken = {**result["failed"], **result["unreachable"]}
+        if broken:
+            failed = sorted(result["failed"])
+            if failed:
+                self._restore(scope, failed)
+            self.ledger.log_event(self.experiment, "warning", f"{scope.layer}: excluded "
+                                  f"{_names(result)} (restored where reachable)")
+        reboot = sorted(h for h, d in result["hosts"].items()
+                        if d["reboot_required"] and h not in broken)
+        if reboot and self.options.allow_reboot:
+            self._reboot(scope.layer, reboot)
+        return broken
+
+    def _playbook(self, run: AnsibleRun, name: str, layer: str, run_id: str | None = None,
                   check: bool = False) -> dict[str, Any]:
         extravars: dict[str, Any] = {"layer": layer, "exemplar_profile": self.profile}
         if run_id:
             extravars["exemplar_run_id"] = run_id
         if name == "restore":
             extravars["exemplar_restore_layers"] = [layer]
-        self.run.check = check
+        run.check = check
         try:
-            return run_playbook(self.run, name, extravars)
+            return run_playbook(run, name, extravars)
         finally:
-            self.run.check = False
+            run.check = False
 
     def _finish(self, layer: str, action: str, reason: str,
                 comparisons: list[dict[str, Any]] | None = None,
@@ -164,12 +291,47 @@ class LayerLoop:
         self.options.progress(f"{layer}: {action.upper()}: {reason}")
         return LayerOutcome(layer, action, reason, comparisons or [])
 
+    # -- the whole experiment ---------------------------------------------------------------
+
+    def final_values(self) -> dict[str, float]:
+        """Mean of ``min_runs`` runs of every shape on the hosts as they are now (``{}`` when
+        a benchmark gives no measurement; the reason goes to the ledger)."""
+        self.options.progress(f"final: {self.options.min_runs} runs of each shape")
+        values = {}
+        try:
+            for spec in self.specs:
+                runs = [self._bench(spec, None).value for _ in range(self.options.min_runs)]
+                values[spec.name] = statistics.fmean(runs)
+        except BenchmarkFailed as exc:
+            self.ledger.log_event(self.experiment, "warning", f"final measurement: {exc}")
+            return {}
+        return values
+
 
 ARM_NAMES = {BASELINE: "baseline", CANDIDATE: "candidate"}
 
 
 class LayerStopped(Exception):
     """The layer was applied but cannot be measured yet (a reboot is needed)."""
+
+
+class HostsLost(Exception):
+    """Hosts could not be restored or rebooted: the layer stays applied there."""
+
+
+def _names(result: dict[str, Any]) -> str:
+    broken = {**result["failed"], **result["unreachable"]}
+    return ", ".join(f"{h} ({'unreachable' if h in result['unreachable'] else 'failed'}: {why})"
+                     for h, why in sorted(broken.items()))
+
+
+def _progress_line(layer: str, arm: str, index: int, test: SequentialTest,
+                   decision: Any) -> str:
+    """``cpu: candidate run 3/6, moe -4.1 % [-5.0, -3.2] ...`` after each run."""
+    text = f"{layer}: {ARM_NAMES[arm]} run {index + 1}/{test.max_runs}"
+    estimates = [f"{c.shape} {c.rel_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"
+                 for c in decision.comparisons]
+    return text + (", " + "; ".join(estimates) if estimates else "")
 
 
 def _time_like(value: float, higher_is_better: bool) -> float:

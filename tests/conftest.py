@@ -10,7 +10,15 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.slurmcluster import SlurmCluster
+    from tests.sshfleet import Fleet
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -25,3 +33,40 @@ sys.path.insert(0, str(_COLLECTIONS))
 os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(_COLLECTIONS)
 os.environ.setdefault("ANSIBLE_LOCAL_TEMP", str(_COLLECTIONS / "tmp"))
 os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
+
+
+@pytest.fixture
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Three real SSH hosts ``xtf1..3`` (network namespaces, own address and sshd each), torn
+    down afterwards whatever happens; skipped, with the reason, only where the machine cannot
+    create namespaces or has no sshd. See tests/sshfleet.py."""
+    from tests.sshfleet import FleetUnavailable, start_fleet
+
+    try:
+        fleet = start_fleet(3, tmp_path_factory.mktemp("sshfleet"))
+    except FleetUnavailable as exc:
+        pytest.skip(f"SSH FLEET UNAVAILABLE on this machine: {exc}")
+    try:
+        yield fleet
+    finally:
+        fleet.teardown()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[SlurmCluster]:
+    """A real Slurm cluster on this machine for one test module: slurmctld and 4 slurmd
+    nodes (tests/slurmcluster.py; a module's ``SLURM_CLUSTER`` dict adds options such as
+    ``fake_gpus``); every process it started is ended afterwards, also when a test fails, and
+    the teardown fails if any is left. Fails, saying why, where Slurm is not installed
+    (.ci/packages.txt) or the tests do not run as root (SlurmdUser=root)."""
+    from tests.slurmcluster import SlurmCluster, missing_programs
+
+    if missing_programs():
+        pytest.fail(f"Slurm not installed ({', '.join(missing_programs())} missing): apt-get "
+                    "install slurmctld slurmd slurm-client (.ci/packages.txt)")
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm test cluster runs slurmd as root: run these tests as root")
+    options = getattr(request.module, "SLURM_CLUSTER", {})
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), **options) as cluster:
+        yield cluster

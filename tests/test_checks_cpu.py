@@ -23,8 +23,8 @@ from tests.conftest import SYSROOTS
 PROFILE_OF = {"h100-x86": "h100-x86", "healthy-h100": "h100-x86",
               "gb200-grace-vm": "gb200-grace"}
 CPU_IDS = ("cpu.deep-cstates-disabled", "cpu.cstate-cmdline-limits", "cpu.pm-qos-holder",
-           "cpu.governor", "cpu.turbo", "cpu.housekeeping-overlap", "cpu.irqbalance-banned",
-           "cpu.job-cpus-gpu-local", "cpu.numa-balancing")
+           "cpu.bios-cstates", "cpu.governor", "cpu.turbo", "cpu.housekeeping-overlap",
+           "cpu.irqbalance-banned", "cpu.job-cpus-gpu-local", "cpu.numa-balancing")
 DELETE = object()
 _FACTS: dict[str, dict] = {}
 
@@ -95,15 +95,16 @@ def test_cpu_checks_registered_once_with_metadata():
 FIXTURE_STATUSES = {
     "h100-x86": {
         "cpu.deep-cstates-disabled": FAIL, "cpu.cstate-cmdline-limits": PASS,
-        "cpu.pm-qos-holder": FAIL, "cpu.governor": PASS, "cpu.turbo": PASS,
-        "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
+        "cpu.pm-qos-holder": FAIL, "cpu.bios-cstates": SKIP, "cpu.governor": PASS,
+        "cpu.turbo": PASS, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
     },
-    "healthy-h100": dict.fromkeys(CPU_IDS, PASS),
+    # no BMC in the fixture trees: the BIOS check is skipped (tests/test_bios_redfish.py)
+    "healthy-h100": {**dict.fromkeys(CPU_IDS, PASS), "cpu.bios-cstates": SKIP},
     "gb200-grace-vm": {
         "cpu.deep-cstates-disabled": SKIP, "cpu.cstate-cmdline-limits": SKIP,
-        "cpu.pm-qos-holder": SKIP, "cpu.governor": SKIP, "cpu.turbo": SKIP,
-        "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
+        "cpu.pm-qos-holder": SKIP, "cpu.bios-cstates": SKIP, "cpu.governor": SKIP,
+        "cpu.turbo": SKIP, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
     },
 }

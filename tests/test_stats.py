@@ -107,12 +107,22 @@ def feed(test: SequentialTest, base: list[float], cand: list[float]) -> tuple[st
 def test_sequential_interleaves_and_waits_for_min_runs() -> None:
     test = SequentialTest(higher_is_better=False)
     order = []
-    for value in [1.0, 0.9, 1.0, 0.9]:
+    for _ in range(6):
         order.append(test.next_arm())
-        test.add(order[-1], "s", value)
-    assert order == ["A", "B", "A", "B"]
-    have = test.decide()
-    assert have.action == "continue" and have.comparisons == []
+        test.add(order[-1], "s", 1.0 if order[-1] == "A" else 0.9)
+        if len(order) == 4:
+            assert test.decide().action == "continue"
+    assert order == ["A", "B", "B", "A", "A", "B"]
+
+
+def test_blocks_for_changes_that_need_a_reboot() -> None:
+    test = SequentialTest(higher_is_better=False, interleave=False, min_runs=3, max_runs=5)
+    order = []
+    while test.decide().action == "continue":
+        order.append(test.next_arm())
+        test.add(order[-1], "s", 1.0 + 0.01 * len(order) if order[-1] == "A" else 1.0)
+    assert order[:3] == ["A", "A", "A"] and set(order[3:]) == {"B"}
+    assert 3 <= test.runs("B") <= 5
 
 
 def test_sequential_stops_early_on_big_effect() -> None:
@@ -127,7 +137,7 @@ def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
     cand = [0.98, 1.04, 0.92, 1.01, 0.95, 0.98]
     action, pairs = feed(test, base, cand)
     assert (action, pairs) == ("restore", 6)
-    assert "inconclusive after 6 run pairs" in test.decide().reason
+    assert "inconclusive after 6+6 runs" in test.decide().reason
 
 
 def test_sequential_look_confidence_is_bonferroni() -> None:

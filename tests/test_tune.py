@@ -4,15 +4,18 @@ follows the host's state (the simulated cluster's model), the SQLite ledger."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
-from exemplar_tune.sim.model import DEFAULT_SCENARIO
-from tests.conftest import SYSROOTS
-from tests.helpers import tree_hash
+from exemplar_tune.sim.cluster import create_cluster
+from exemplar_tune.sim.model import load_scenario
+from tests.helpers import cli_env, tree_hash
 from tests.test_cli import cli
 
 PROFILE = {"name": "swept", "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
@@ -20,21 +23,21 @@ PROFILE = {"name": "swept", "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
+    """A one-host simulated cluster whose only problem is one QP per connection."""
     monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
-    host = tmp_path / "node"
-    shutil.copytree(SYSROOTS / "h100-x86", host, symlinks=True)
     (tmp_path / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
-    return tmp_path, host
+    return tmp_path, tmp_path / "cluster" / "hosts" / "node01"
 
 
 def bench_file(tmp_path, host, fabric="cx8", penalty=0.02, command=None):
-    scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
-    scenario["effects"]["nccl_qps"].update(fabric=fabric, qps4_penalty_other_fabric=penalty)
+    """Create the cluster for ``fabric`` (QPS 4 costs ``penalty`` off CX-8); its bench file."""
+    scenario = load_scenario("healthy")
+    scenario.update(hosts=1, faults=["nccl_qps_1"], fabric=fabric)
+    scenario["effects"]["qps4_on_other_fabric"] = penalty
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    command = command or [sys.executable, "-m", "exemplar_tune.sim.bench", "--sysroot", str(host),
-                          "--workload", "dense", "--steps", "40", "--scenario",
-                          str(tmp_path / "scenario.yaml"), "--run-counter",
-                          str(tmp_path / "runs.txt")]
+    create_cluster(tmp_path / "cluster", str(tmp_path / "scenario.yaml"))
+    command = command or [sys.executable, "-m", "exemplar_tune.cli", "sim", "bench",
+                          str(tmp_path / "cluster"), "--workload", "dense", "--steps", "40"]
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump({"shapes": [
         {"name": "dense", "command": command, "parser": "megatron", "warmup": 5}]}))
@@ -76,8 +79,9 @@ def test_a_helpful_layer_is_kept(setup):
 
 def test_a_harmful_layer_is_restored_byte_exact(setup):
     tmp_path, host = setup
+    bench = bench_file(tmp_path, host, fabric="other", penalty=0.2)
     pristine = tree_hash(host / "etc")
-    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, fabric="other", penalty=0.2))
+    out = apply_measured(tmp_path, host, bench)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fabric   RESTORE  worse" in out.stdout
     assert tree_hash(host / "etc") == pristine
@@ -85,17 +89,19 @@ def test_a_harmful_layer_is_restored_byte_exact(setup):
 
 def test_a_layer_without_real_effect_is_restored(setup):
     tmp_path, host = setup
+    bench = bench_file(tmp_path, host, fabric="other", penalty=0.0)
     pristine = tree_hash(host / "etc")
-    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, fabric="other", penalty=0.0))
+    out = apply_measured(tmp_path, host, bench)
     assert "fabric   RESTORE" in out.stdout, out.stdout + out.stderr
     assert tree_hash(host / "etc") == pristine
 
 
 def test_a_failing_benchmark_restores_and_records_why(setup):
     tmp_path, host = setup
-    pristine = tree_hash(host / "etc")
     failing = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
-    out = apply_measured(tmp_path, host, bench_file(tmp_path, host, command=failing))
+    bench = bench_file(tmp_path, host, command=failing)
+    pristine = tree_hash(host / "etc")
+    out = apply_measured(tmp_path, host, bench)
     assert out.returncode == 1
     assert "FAILED   no measurement: benchmark dense: exit status 3: boom" in out.stdout
     assert tree_hash(host / "etc") == pristine
@@ -104,30 +110,22 @@ def test_a_failing_benchmark_restores_and_records_why(setup):
 
 def test_dry_run_changes_nothing(setup):
     tmp_path, host = setup
+    bench = bench_file(tmp_path, host)
     before = tree_hash(host)
     out = cli("tune", "--sysroot", str(host), "--profile", str(tmp_path / "profile.yaml"),
-              "--bench", str(bench_file(tmp_path, host)), "--layer", "fabric", "--dry-run")
+              "--bench", str(bench), "--layer", "fabric", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert "fabric: node (nccl_conf)" in out.stdout
+    assert "fabric: node01 (nccl_conf)" in out.stdout
     assert tree_hash(host) == before
 
 
-def test_a_killed_controller_is_reported_and_rolled_back(setup):
-    """SIGKILL the controller while the layer is applied; rollback restores every byte."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    from tests.helpers import cli_env
-
-    tmp_path, host = setup
-    pristine = tree_hash(host / "etc")
+def kill_during_candidate_run(tmp_path, host):
+    """Start ``apply --bench`` and SIGKILL it while its first candidate run is going."""
     marker = tmp_path / "candidate-started"
-    # the benchmark announces itself, then waits: the controller is killed during a run
+    # the benchmark announces itself; its second run (the first candidate) waits to be killed
     slow = [sys.executable, "-c", "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]);"
             " n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n));"
-            " time.sleep(60 if n >= 2 else 0); print('value: 1.0')", str(marker)]
+            " time.sleep(60 if n == 2 else 0); print('value: 1.0')", str(marker)]
     bench = tmp_path / "bench.yaml"
     bench.write_text(yaml.safe_dump({"shapes": [{"name": "dense", "command": slow,
                                                  "parser": "regex", "pattern": "value: ([0-9.]+)",
@@ -146,9 +144,33 @@ def test_a_killed_controller_is_reported_and_rolled_back(setup):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
+
+def test_a_killed_controller_is_reported_and_rolled_back(setup):
+    """SIGKILL the controller while the layer is applied; rollback restores every byte."""
+    tmp_path, host = setup
+    bench_file(tmp_path, host)
+    pristine = tree_hash(host / "etc")
+    kill_during_candidate_run(tmp_path, host)
     warned = cli("audit", "--sysroot", str(host), "--profile", str(tmp_path / "profile.yaml"))
     assert "did not finish (its controller died)" in warned.stderr
+    assert "'exemplar-tune resume --run" in warned.stderr
     out = cli("rollback", "--run", "latest")
     assert out.returncode == 0, out.stdout + out.stderr
     assert tree_hash(host / "etc") == pristine
     assert show("latest")["experiment"]["status"] == "rolled_back"
+
+
+def test_a_killed_controller_is_resumed(setup):
+    """``resume`` restores the interrupted layer, measures it again and decides."""
+    tmp_path, host = setup
+    bench_file(tmp_path, host)
+    kill_during_candidate_run(tmp_path, host)
+    out = cli("resume")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resumed" in out.stdout and "fabric: restoring what the interrupted run" in out.stderr
+    doc = show("latest")
+    assert doc["experiment"]["status"] == "finished"
+    assert doc["decisions"][0]["action"] == "restore"  # a constant benchmark: no effect
+    assert {s["run_index"] for s in doc["samples"]} == {0, 1, 2}  # measured anew
+    assert "NCCL_IB_QPS_PER_CONNECTION=1" in (host / "etc/nccl.conf").read_text()
+    assert cli("resume").returncode == 2  # nothing left to resume

@@ -79,3 +79,11 @@ def test_wheel_in_fresh_venv(tmp_path):
                 "json"], dict(clean, EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state")),
                cwd=tmp_path)
     assert json.loads(out.stdout)["drift"] == []
+
+    # the simulated cluster's trees and scenarios ship: create one and benchmark it
+    out = _run([str(venv / "bin/exemplar-tune"), "sim", "create", str(tmp_path / "c"),
+                "--hosts", "1"], clean, cwd=tmp_path)
+    assert "scenario gb300-exemplar-gap, 1 host(s)" in out.stdout
+    out = _run([str(venv / "bin/exemplar-tune"), "sim", "bench", str(tmp_path / "c"),
+                "--workload", "nccl-allgather"], clean, cwd=tmp_path)
+    assert "# Collective test concluded: all_gather_perf" in out.stdout

@@ -288,6 +288,119 @@ def check_pm_qos_holder(facts: Facts, profile: Profile) -> Outcome:
                    evidence)
 
 
+# ---- BIOS, read through the BMC --------------------------------------------------------------
+
+SHALLOW_STATES = ("POLL", "C1")  # C1, C1E, C1_ACPI ...: every other state is a deep one
+BIOS_FIELDS = ("core_cstates", "package_cstate", "c1e", "turbo", "profile")
+
+
+def _deep_states(idle: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in idle.get("states") or []
+            if not str(s.get("name") or "").upper().startswith(SHALLOW_STATES)]
+
+
+def _os_blockers(cpu: dict[str, Any]) -> list[str]:
+    """What on the OS side keeps the CPUs out of their deep states, naming check and knob."""
+    limits, found = cpu.get("cstate_limits") or {}, []
+    capped = [f"{name}={value}" if value is not None else name
+              for name, value in (limits.get("cmdline") or {}).items()
+              if _cmdline_limit(name, value)] + _param_limits(limits)
+    if capped:
+        found.append(f"{', '.join(capped)} (cpu.cstate-cmdline-limits, knob cpu.cstate_cmdline)")
+    idle = cpu.get("cpuidle") or {}
+    deep = _deep_states(idle)
+    if not deep:
+        found.append(f"cpuidle driver {idle.get('driver') or 'absent'} exposes no state deeper "
+                     "than C1E (check MONITOR/MWAIT in the BIOS and the idle driver)")
+    off = [s.get("name") for s in deep if s.get("disabled_cpus")]
+    if off:
+        found.append(f"{', '.join(off)} disabled in cpuidle (cpu.deep-cstates-disabled, "
+                     "knob cpu.deep_cstates)")
+    qos = (cpu.get("pm_qos") or {}).get("cpu_dma_latency_us")
+    deepest = max((s.get("latency_us") or 0 for s in deep), default=0)
+    if qos is not None and deepest and qos < deepest:
+        found.append(f"/dev/cpu_dma_latency = {qos} us < {deepest} us, {_holders(cpu)} "
+                     "(cpu.pm-qos-holder, knob cpu.tuned_profile)")
+    return found
+
+
+def _bios_expected(profile: Profile) -> dict[str, Any]:
+    """The profile's BIOS targets; deep_cstates implies core C-states enabled."""
+    want = {k: v for k, v in (_want(profile, "bios") or {}).items() if v is not None}
+    if _want(profile, "deep_cstates"):
+        want.setdefault("core_cstates", "enabled")
+    return want
+
+
+def _named(bios: dict[str, Any], field: str) -> str:
+    """``ProcCStates=Disabled``: the vendor attribute behind a field and its raw value."""
+    attr = (bios.get("attributes") or {}).get(field)
+    return f"{attr}={(bios.get('raw') or {}).get(attr)}" if attr else field
+
+
+@check("cpu.bios-cstates", severity="high",
+       title="The BIOS C-state policy (read over Redfish) matches the profile and the OS",
+       risk="C-states disabled in the BIOS hide the deep idle states from the OS on every boot: "
+            "busy cores stay below turbo (3.0 vs 3.8 GHz, ~4 % step time) and only a BIOS "
+            "change plus a reboot removes it",
+       fix="set the BIOS through the BMC (knob cpu.bios) and reboot; when the BIOS allows C6 "
+           "but the OS blocks it, fix the OS side (knobs cpu.cstate_cmdline, "
+           "cpu.tuned_profile, cpu.deep_cstates)",
+       knob="cpu.bios")
+def check_bios_cstates(facts: Facts, profile: Profile) -> Outcome:
+    expected = _bios_expected(profile)
+    if not expected:
+        return skip("profile sets no cpu.bios targets and no deep_cstates")
+    bios = _cpu(facts).get("bios")
+    if bios is None:
+        return skip("BIOS facts unknown: the BMC could not be read (see the cpu layer's errors)")
+    if not bios.get("present"):
+        return skip(bios.get("reason") or "no BMC configured")
+    if not bios.get("vendor_known"):
+        return skip(f"BMC vendor unknown (manufacturer {bios.get('manufacturer')!r}): raw BIOS "
+                    "attributes only")
+    observed = {f: bios.get(f) for f in BIOS_FIELDS if bios.get(f) is not None}
+    observed["pending"] = bios.get("pending") or {}
+    evidence = _evidence(facts, "bios", "cpuidle", "cstate_limits", "pm_qos")
+    return _judge_bios(_cpu(facts), bios, expected, observed, evidence)
+
+
+def _judge_bios(cpu: dict[str, Any], bios: dict[str, Any], expected: dict[str, Any],
+                observed: dict[str, Any], evidence: tuple[str, ...]) -> Outcome:
+    pending = bios.get("pending") or {}
+    unresolved = {f: v for f, v in expected.items() if bios.get(f) != v and pending.get(f) != v}
+    if unresolved:
+        return Outcome(FAIL, observed, expected, _bios_mismatch(cpu, bios, unresolved),
+                       evidence)
+    blockers = _os_blockers(cpu) if expected.get("core_cstates") == "enabled" and \
+        bios.get("core_cstates") == "enabled" else []
+    if blockers:
+        return Outcome(FAIL, observed, expected,
+                       f"BIOS allows C-states ({_named(bios, 'core_cstates')}) but the OS blocks "
+                       f"them: {'; '.join(blockers)}", evidence)
+    if pending:
+        changes = ", ".join(f"{f} {bios.get(f)} -> {v}" for f, v in sorted(pending.items()))
+        return Outcome(WARN, observed, expected, f"BIOS change pending, not applied yet: "
+                       f"{changes}; reboot needed (exemplar_reboot_via=redfish resets through "
+                       "the BMC)", evidence)
+    deep = [s.get("name") for s in _deep_states(cpu.get("cpuidle") or {})]
+    return Outcome(PASS, observed, expected,
+                   f"BIOS {', '.join(_named(bios, f) for f in expected)} as the profile wants"
+                   + (f"; the OS uses {', '.join(deep)}" if deep else ""), evidence)
+
+
+def _bios_mismatch(cpu: dict[str, Any], bios: dict[str, Any], wrong: dict[str, Any]) -> str:
+    text = "; ".join(f"BIOS {f}={bios.get(f)} ({_named(bios, f)}), profile wants {v}"
+                     for f, v in wrong.items())
+    idle = cpu.get("cpuidle") or {}
+    if wrong.get("core_cstates") == "enabled" and bios.get("core_cstates") != "enabled" and \
+            not _deep_states(idle):
+        names = ", ".join(s.get("name") or "?" for s in idle.get("states") or []) or "none"
+        text = (f"cause found: BIOS {_named(bios, 'core_cstates')} hides the deep C-states from "
+                f"the OS (states exposed: {names}); {text}")
+    return text + ": fix in the BIOS (knob cpu.bios), then reboot"
+
+
 # ---- frequency ------------------------------------------------------------------------------
 
 @check("cpu.governor", severity="medium",
@@ -460,13 +573,16 @@ def _irq_target(cpu: dict[str, Any]) -> set[int] | None:
     return rest or None
 
 
-def _device_nodes(facts: Facts) -> dict[int, list[str]]:
+def _device_nodes(facts: Facts, minors: set[int] | None = None) -> dict[int, list[str]]:
     """``{numa node: ["GPU 0000:a4:00.0", ...]}`` of the GPUs (gpu layer BDFs when known)
-    and NICs whose node is known."""
+    and NICs whose node is known. With ``minors`` (a job's GPU minor numbers) that match, only
+    those GPUs and the NICs on their nodes."""
     cpu = _cpu(facts)
-    listed = {g.get("sysfs_bdf") for g in (facts.get("gpu") or {}).get("gpus") or []}
+    listed = {g.get("sysfs_bdf") for g in (facts.get("gpu") or {}).get("gpus") or []
+              if minors is None or g.get("minor_number") in minors}
     gpus = cpu.get("gpus_pci") or []
-    if listed & {g.get("bdf") for g in gpus}:
+    mine = listed & {g.get("bdf") for g in gpus}
+    if mine:
         gpus = [g for g in gpus if g.get("bdf") in listed]
     nodes: dict[int, list[str]] = {}
     for kind, devices in (("GPU", gpus), ("NIC", cpu.get("nics_pci") or [])):
@@ -474,9 +590,10 @@ def _device_nodes(facts: Facts) -> dict[int, list[str]]:
             node = dev.get("numa_node")
             if node is not None and node >= 0:
                 nodes.setdefault(node, []).append(f"{kind} {dev.get('bdf')}")
-    if not any(d.startswith("GPU") for devs in nodes.values() for d in devs):
+    with_gpu = {n: d for n, d in nodes.items() if any(x.startswith("GPU") for x in d)}
+    if not with_gpu:
         return {}
-    return nodes
+    return with_gpu if minors is not None and mine else nodes
 
 
 def _node_cpus(cpu: dict[str, Any]) -> dict[int, set[int]]:
@@ -495,19 +612,26 @@ def check_job_cpus_gpu_local(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "job_cpus_gpu_local"):
         return skip("profile sets no job_cpus_gpu_local")
     cpu = _cpu(facts)
-    jobs = _job_cpus(cpu)
+    jobs, inside = _job_cpus(cpu), _probed_job(facts)
+    if inside:
+        jobs = {**(jobs or {}), inside[0]: inside[1]}
     if jobs is None:
         return skip("Slurm job cgroups unknown")
     if not jobs:
         return skip("no Slurm job running")
-    devices, node_cpus = _device_nodes(facts), _node_cpus(cpu)
-    devices = {n: d for n, d in devices.items() if node_cpus.get(n)}
+    node_cpus = _node_cpus(cpu)
+    devices = {n: d for n, d in _device_nodes(facts).items() if node_cpus.get(n)}
     if not devices:
         return skip("no GPU NUMA node known (numa_node -1 or no GPU)")
-    evidence = _evidence(facts, "slurm_jobs", "gpus_pci", "nics_pci", "numa")
+    per_job = {job: devices for job in jobs}
+    if inside:  # the probed job is judged against its own GPUs, when they are known
+        own = {n: d for n, d in _device_nodes(facts, inside[2]).items() if node_cpus.get(n)}
+        per_job[inside[0]] = own or devices
+    evidence = _evidence(facts, "slurm_jobs", "gpus_pci", "nics_pci", "numa") + (
+        (PROBE_EVIDENCE,) if inside else ())
     findings = []
     for job, cpus in jobs.items():
-        for node, devs in sorted(devices.items()):
+        for node, devs in sorted(per_job[job].items()):
             if not cpus & node_cpus[node]:
                 findings.append(f"job {job} ({_fmt(cpus)}) has no CPU on node{node} "
                                 f"({_fmt(node_cpus[node])}: {_devices_text(devs)})")
@@ -517,6 +641,23 @@ def check_job_cpus_gpu_local(facts: Facts, profile: Profile) -> Outcome:
         return Outcome(WARN, observed, expected, "; ".join(findings), evidence)
     return Outcome(PASS, observed, expected,
                    f"every job has CPUs on the GPU/NIC nodes {sorted(devices)}", evidence)
+
+
+PROBE_EVIDENCE = "Cpus_allowed_list of /proc/self/status inside the job (--launcher probe)"
+
+
+def _probed_job(facts: Facts) -> tuple[int | str, set[int], set[int] | None] | None:
+    """``(job id, its CPUs, its GPU minor numbers or None)`` from the ``--launcher`` probe,
+    which read its cpuset inside the job's allocation; None without a usable probe."""
+    probe = (facts.get("runtime") or {}).get("container") or {}
+    job = (probe.get("job") or {}) if probe.get("ok") else {}
+    cpus = _cpus(job.get("cpus_allowed"))
+    if not cpus:
+        return None
+    job_id = str(job.get("id") or "probe")
+    gpus = job.get("gpus")
+    return (int(job_id) if job_id.isdigit() else job_id, cpus,
+            set(gpus) if gpus is not None else None)
 
 
 def _devices_text(devs: list[str]) -> str:

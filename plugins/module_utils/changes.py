@@ -5,7 +5,9 @@ A knob module only says what the host should look like, as a list of changes:
 * :class:`FileChange` -- a whole file with exact content (or absent), written atomically;
 * :class:`AttrChange` -- a kernel attribute (sysfs/procfs) written in place;
 * :class:`CommandChange` -- a command with its undo command (live hosts only), for state that
-  only a tool can change (``tuned-adm profile``, ``nvidia-smi -pm``).
+  only a tool can change (``tuned-adm profile``, ``nvidia-smi -pm``);
+* :class:`RedfishChange` -- BIOS attributes behind the host's BMC, staged over Redfish for the
+  next boot (the journal keeps the BMC address and the previous values, never credentials).
 
 :func:`apply_changes` skips what is already right (idempotence), records the previous state of
 each change in the run's journal *before* making it, writes, reads back and compares, and on
@@ -16,6 +18,7 @@ journal newest first and is idempotent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +63,22 @@ class CommandChange:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Change = FileChange | AttrChange | CommandChange
+@dataclass(frozen=True)
+class RedfishChange:
+    """BIOS attributes must read ``desired`` for the next boot (pending, else current).
+
+    ``target`` reads and stages them (``bios.BiosSettings``: ``effective(names)``,
+    ``stage(values)``, ``bmc_url``, ``system``); it holds the connection and is never journaled.
+    """
+
+    label: str
+    desired: dict[str, Any]
+    target: Any = field(compare=False, repr=False)
+
+
+Change = FileChange | AttrChange | CommandChange | RedfishChange
+# Builds the ``target`` of a journaled Redfish entry at restore time (``None``: cannot).
+Connect = Callable[[dict[str, Any]], Any]
 
 
 class ApplyFailed(HostStateError):
@@ -73,8 +91,10 @@ class ApplyFailed(HostStateError):
         self.not_restored = not_restored
 
 
-def read_current(root: Sysroot, change: Change) -> bytes | str | None:
+def read_current(root: Sysroot, change: Change) -> bytes | str | dict[str, Any] | None:
     """The present state that ``change`` compares with."""
+    if isinstance(change, RedfishChange):
+        return change.target.effective(list(change.desired))
     if isinstance(change, FileChange):
         try:
             return root.read_bytes(change.path)
@@ -93,7 +113,7 @@ def is_satisfied(root: Sysroot, change: Change) -> bool:
             current is None or root.file_mode(change.path) == change.mode)
     if isinstance(change, AttrChange):
         return current == change.value.strip()
-    return current == change.desired
+    return current == change.desired  # a command's state, or a BIOS attribute dict
 
 
 def describe(root: Sysroot, change: Change) -> dict[str, str]:
@@ -110,9 +130,11 @@ def describe(root: Sysroot, change: Change) -> dict[str, str]:
             "before": _text(before), "after": _text(after)}
 
 
-def _text(value: bytes | str | None) -> str:
+def _text(value: bytes | str | dict[str, Any] | None) -> str:
     if value is None:
         return ""
+    if isinstance(value, dict):
+        return "".join(f"{name}={value[name]}\n" for name in sorted(value))
     text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
     return text if text.endswith("\n") or not text else text + "\n"
 
@@ -129,6 +151,10 @@ def entry_for(root: Sysroot, change: Change, layer: str, knob: str) -> dict[str,
     if isinstance(change, AttrChange):
         return dict(base, kind="attr", path=root.display(change.path),
                     previous=root.read_text(change.path, strip=False), after=change.value)
+    if isinstance(change, RedfishChange):
+        return dict(base, kind="redfish", path=change.label, bmc=change.target.bmc_url,
+                    system=change.target.system, previous=read_current(root, change),
+                    after=change.desired)
     return dict(base, kind="command", path=change.label, previous=change.current,
                 after=change.desired, undo=change.undo)
 
@@ -151,6 +177,8 @@ def _write(root: Sysroot, change: Change) -> None:
             root.write_bytes(change.path, change.content, change.mode)
     elif isinstance(change, AttrChange):
         root.write_attr(change.path, change.value)
+    elif isinstance(change, RedfishChange):
+        change.target.stage(change.desired)
     else:
         _run(change.apply)
 
@@ -173,6 +201,7 @@ def apply_changes(root: Sysroot, changes: list[Change], journal: Journal | None,
     if check_mode or not pending:
         return {"changed": bool(pending), "diff": diff, "entries": []}
     entries: list[dict[str, Any]] = []
+    targets = {c.label: c.target for c in changes if isinstance(c, RedfishChange)}
     for change in pending:
         entries.append(journal.append(entry_for(root, change, layer, knob)))
         try:
@@ -180,7 +209,8 @@ def apply_changes(root: Sysroot, changes: list[Change], journal: Journal | None,
             _verify(root, change)
         except (OSError, HostStateError) as exc:
             reason = exc.reason if isinstance(exc, HostStateError) else (exc.strerror or str(exc))
-            failed = restore_entries(root, journal, entries, check_mode=False)["failed"]
+            failed = restore_entries(root, journal, entries, check_mode=False,
+                                     connect=lambda e: targets.get(e["path"]))["failed"]
             raise ApplyFailed(diff[len(entries) - 1]["before_header"], reason,
                               [f["path"] for f in failed]) from None
     return {"changed": True, "diff": diff, "entries": entries}
@@ -189,6 +219,12 @@ def apply_changes(root: Sysroot, changes: list[Change], journal: Journal | None,
 def _verify(root: Sysroot, change: Change) -> None:
     if isinstance(change, CommandChange):
         return  # the caller re-reads the state through the facts
+    if isinstance(change, RedfishChange):
+        have = read_current(root, change)
+        if have != change.desired:
+            raise HostStateError(change.label, f"reads back {_text(have).strip()!r} after "
+                                 "PATCH: the BMC did not stage the values")
+        return
     if not is_satisfied(root, change):
         have = read_current(root, change)
         raise HostStateError(root.display(change.path), f"read back {_text(have).strip()!r} "
@@ -196,30 +232,20 @@ def _verify(root: Sysroot, change: Change) -> None:
 
 
 def restore_entries(root: Sysroot, journal: Journal, entries: list[dict[str, Any]],
-                    check_mode: bool) -> dict[str, Any]:
+                    check_mode: bool, connect: Connect | None = None) -> dict[str, Any]:
     """Put back ``entries`` newest first; skip those already restored or already in place.
 
-    Returns ``{changed, diff, restored: [seq], failed: [{path, error}]}``; never raises for
-    one entry, so a single stuck file does not stop the others from being put back.
+    ``connect`` opens the BMC of a Redfish entry (without it such an entry fails). Returns
+    ``{changed, diff, restored: [seq], failed: [{path, error}]}``; never raises for one entry,
+    so a single stuck file (or BMC) does not stop the others from being put back.
     """
     done = set(journal.load()["restored"]) if journal.exists() else set()
     result: dict[str, Any] = {"changed": False, "diff": [], "restored": [], "failed": []}
     for entry in sorted(entries, key=lambda e: e["seq"], reverse=True):
         if entry["seq"] in done:
             continue
-        change = _undo_change(entry)
-        if is_satisfied(root, change):
-            result["restored"].append(entry["seq"])
-            continue
-        result["changed"] = True
-        result["diff"].append(describe(root, change))
-        if check_mode:
-            continue
         try:
-            _write(root, change)
-            for directory in entry.get("created_dirs", []) if change_removes(change) else []:
-                root.remove_empty_dir(directory)
-            result["restored"].append(entry["seq"])
+            _restore_one(root, entry, result, check_mode, connect)
         except (OSError, HostStateError) as exc:
             reason = exc.reason if isinstance(exc, HostStateError) else (exc.strerror or str(exc))
             result["failed"].append({"path": entry["path"], "error": reason})
@@ -228,12 +254,34 @@ def restore_entries(root: Sysroot, journal: Journal, entries: list[dict[str, Any
     return result
 
 
+def _restore_one(root: Sysroot, entry: dict[str, Any], result: dict[str, Any],
+                 check_mode: bool, connect: Connect | None) -> None:
+    change = _undo_change(entry, connect)
+    if is_satisfied(root, change):
+        result["restored"].append(entry["seq"])
+        return
+    result["changed"] = True
+    result["diff"].append(describe(root, change))
+    if check_mode:
+        return
+    _write(root, change)
+    for directory in entry.get("created_dirs", []) if change_removes(change) else []:
+        root.remove_empty_dir(directory)
+    result["restored"].append(entry["seq"])
+
+
 def change_removes(change: Change) -> bool:
     """True for a file change that deletes the file."""
     return isinstance(change, FileChange) and change.content is None
 
 
-def _undo_change(entry: dict[str, Any]) -> Change:
+def _undo_change(entry: dict[str, Any], connect: Connect | None = None) -> Change:
+    if entry["kind"] == "redfish":
+        target = connect(entry) if connect else None
+        if target is None:
+            raise HostStateError(entry["path"], "needs the BMC to put BIOS attributes back: "
+                                 "set exemplar_bmc_address/user/password for this host")
+        return RedfishChange(entry["path"], entry["previous"], target)
     if entry["kind"] == "file":
         return FileChange(entry["path"], decode(entry["previous"]),
                           entry["mode"] if entry["mode"] is not None else 0o644)

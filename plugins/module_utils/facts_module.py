@@ -9,6 +9,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
     gather_facts,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 SYSROOT_OPTION = {"type": "path", "default": "/"}
@@ -17,6 +18,8 @@ SYSROOT_OPTION = {"type": "path", "default": "/"}
 def run_facts_module(fixed_layers: list[str] | None = None) -> None:
     """Run a facts module: ``facts`` (``layers`` option) or one layer's (``fixed_layers``)."""
     spec: dict = {"sysroot": dict(SYSROOT_OPTION)}
+    if fixed_layers is None or "cpu" in fixed_layers:  # the layers that read the BMC
+        spec["bmc"] = dict(BMC_OPTION)
     if fixed_layers is None:
         spec["layers"] = {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
                           "choices": list(LAYER_NAMES)}
@@ -25,5 +28,6 @@ def run_facts_module(fixed_layers: list[str] | None = None) -> None:
     sysroot = module.params["sysroot"]
     if sysroot != "/" and not os.path.isdir(sysroot):
         module.fail_json(msg=f"sysroot {sysroot} is not a directory")
-    facts = gather_facts(Sysroot(sysroot), names)
+    context = {"bmc": BmcConfig.from_params(module.params.get("bmc"))}
+    facts = gather_facts(Sysroot(sysroot), names, context)
     module.exit_json(changed=False, ansible_facts={"exemplar_tune": facts}, layers=names)

@@ -1,21 +1,29 @@
-"""cpu-layer facts: power policy (C-states, PM-QoS, tuned, frequency) and placement
-(NUMA, device locality, cpusets, isolation, IRQs), gathered into one sheet."""
+"""cpu-layer facts: power policy (C-states, PM-QoS, tuned, frequency), placement (NUMA,
+device locality, cpusets, isolation, IRQs) and the BIOS C-state policy behind the BMC,
+gathered into one sheet."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import (
+    layer_cpu_bios,
     layer_cpu_placement,
     layer_cpu_power,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
-def gather(root: Sysroot) -> dict[str, Any]:
-    """Facts of the cpu layer (power keys and placement keys side by side)."""
+def gather(root: Sysroot, bmc: BmcConfig | None = None) -> dict[str, Any]:
+    """Facts of the cpu layer (power, placement and ``bios`` keys side by side).
+
+    ``bmc`` names the host's BMC; without one, ``bios`` comes from a captured Redfish file
+    inside a sysroot, or says ``present: false``.
+    """
     sheet = FactSheet()
     layer_cpu_power.gather_into(sheet, root)
     layer_cpu_placement.gather_into(sheet, root)
+    layer_cpu_bios.gather_into(sheet, root, bmc)
     return sheet.result()

@@ -29,8 +29,9 @@ class Layer:
     name: str
     title: str
     summary: str
-    gather: Callable[[Sysroot], dict[str, Any]]
+    gather: Callable[..., dict[str, Any]]
     has_role: bool = True  # roles/<name> applies and restores the layer's knobs
+    options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
 
 
 LAYERS: tuple[Layer, ...] = (
@@ -39,7 +40,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("vm", "Grace/VM readiness", "virtualisation, arch, IOMMU/SMMU, CMDQV evidence",
           layer_vm.gather),
     Layer("cpu", "CPU power and placement", "C-states, PM-QoS, tuned, frequency policy, NUMA, "
-          "cpusets, isolation, IRQs", layer_cpu.gather),
+          "cpusets, isolation, IRQs, BIOS C-state policy (BMC)", layer_cpu.gather,
+          options=("bmc",)),
     Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
           "configuration (enroot, pyxis)", layer_runtime.gather),
     Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings",
@@ -72,6 +74,14 @@ def select_layers(names: list[str] | None) -> list[Layer]:
     return [layer for layer in LAYERS if layer.name in wanted]
 
 
-def gather_facts(root: Sysroot, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Facts of the selected layers, one top-level key per layer, in preflight order."""
-    return {layer.name: layer.gather(root) for layer in select_layers(names)}
+def gather_facts(root: Sysroot, names: list[str] | None = None,
+                 context: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Facts of the selected layers, one top-level key per layer, in preflight order.
+
+    ``context`` holds what some gatherers need besides the sysroot (``bmc``: the host's BMC);
+    each layer receives only the keys named in its ``options``.
+    """
+    context = context or {}
+    return {layer.name: layer.gather(root, **{k: context[k] for k in layer.options
+                                              if context.get(k) is not None})
+            for layer in select_layers(names)}

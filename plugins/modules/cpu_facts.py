@@ -9,16 +9,24 @@ short_description: Gather the cpu layer's exemplar-tune facts
 description:
   - CPU power and placement, covering C-states, PM-QoS holders, tuned, frequency policy, NUMA,
     device locality, cpusets, isolation, IRQs.
+  - With C(bmc), also C(bios) - the BIOS C-state, C1E, turbo and profile settings read over
+    Redfish, current and pending, in normalised terms (vendor map for Dell iDRAC, HPE iLO,
+    Lenovo XCC, Supermicro; raw attributes for another vendor).
   - Same data as M(exemplar.tune.facts) with C(layers=[cpu]).
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 extends_documentation_fragment:
   - exemplar.tune.facts
+  - exemplar.tune.bmc
 """
 
 EXAMPLES = r"""
 - name: Gather the cpu layer
   exemplar.tune.cpu_facts:
+
+- name: Gather the cpu layer with the BIOS settings behind the BMC
+  exemplar.tune.cpu_facts:
+    bmc: "{{ lookup('exemplar.tune.bmc') }}"
 """
 
 RETURN = r"""

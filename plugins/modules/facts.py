@@ -23,11 +23,16 @@ options:
     default: [gpu, vm, cpu, runtime, fabric, workload]
 extends_documentation_fragment:
   - exemplar.tune.facts
+  - exemplar.tune.bmc
 """
 
 EXAMPLES = r"""
 - name: Gather every layer
   exemplar.tune.facts:
+
+- name: Gather every layer, with the BIOS settings read from the host's BMC
+  exemplar.tune.facts:
+    bmc: "{{ lookup('exemplar.tune.bmc') }}"
 
 - name: Gather the cpu and runtime layers of a captured host
   exemplar.tune.facts:

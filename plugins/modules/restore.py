@@ -9,7 +9,9 @@ short_description: Put back what a run changed, newest change first, byte for by
 description:
   - Reads the host-local journal of C(run_id) and restores every entry (optionally only those
     of some layers), newest first - previous file bytes and modes, absent files removed again,
-    previous kernel attribute values, undo commands.
+    previous kernel attribute values, undo commands, previous BIOS attribute values (staged
+    again through the BMC recorded in the journal, with the credentials of C(bmc); they take
+    effect at the next reset, so C(reboot_required) is then true).
   - Idempotent - entries already restored (or already back in place) are skipped.
   - An entry that cannot be put back does not stop the others; the task then fails and lists
     what was not restored.
@@ -32,6 +34,8 @@ options:
     description: Succeed with nothing to do when this host has no journal for the run.
     type: bool
     default: true
+extends_documentation_fragment:
+  - exemplar.tune.bmc
 notes:
   - Supports check mode and diff mode.
 """
@@ -40,6 +44,11 @@ EXAMPLES = r"""
 - name: Put back run 20261129T101500-ab12
   exemplar.tune.restore:
     run_id: 20261129T101500-ab12
+
+- name: Put back a run that also staged BIOS settings through the BMC
+  exemplar.tune.restore:
+    run_id: 20261129T101500-ab12
+    bmc: "{{ lookup('exemplar.tune.bmc') }}"
 """
 
 RETURN = r"""
@@ -53,13 +62,41 @@ failed:
   returned: always
   type: list
   elements: dict
+reboot_required:
+  description: True when BIOS attributes were staged again (they apply at the next reset).
+  returned: always
+  type: bool
 """
 
+from typing import Any
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.bios import BiosSettings
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import restore_entries
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+
+def bmc_connector(bmc: BmcConfig | None):
+    """Opens the BMC a Redfish journal entry names, with ``bmc``'s credentials (or ``None``)."""
+    def connect(entry: dict[str, Any]) -> BiosSettings | None:
+        if bmc is None:
+            return None
+        settings = BiosSettings(bmc.with_address(entry["bmc"]))
+        if settings.system != entry["system"]:
+            raise HostStateError(entry["path"], f"the BMC now shows system {settings.system}, "
+                                 f"the journal recorded {entry['system']}: not restored")
+        return settings
+
+    return connect
+
+
+def _bios_staged(entries: list[dict[str, Any]], result: dict[str, Any]) -> bool:
+    """True when a BIOS (Redfish) entry was really put back (not only found in place)."""
+    labels = {e["path"] for e in entries if e["kind"] == "redfish"}
+    return any(d["before_header"] in labels for d in result["diff"])
 
 
 def main() -> None:
@@ -69,22 +106,26 @@ def main() -> None:
         "layers": {"type": "list", "elements": "str"},
         "sysroot": {"type": "path", "default": "/"},
         "missing_ok": {"type": "bool", "default": True},
+        "bmc": dict(BMC_OPTION),
     }, supports_check_mode=True)
     params = module.params
     try:
         journal = Journal(Sysroot(params["sysroot"]), params["run_id"])
         if not journal.exists():
             if params["missing_ok"]:
-                module.exit_json(changed=False, restored=[], failed=[], journal=None)
+                module.exit_json(changed=False, restored=[], failed=[], journal=None,
+                                 reboot_required=False)
             module.fail_json(msg=f"no journal for run {params['run_id']} at {journal.display}")
         entries = [e for e in journal.load()["entries"]
                    if not params["layers"] or e["layer"] in params["layers"]]
-        result = restore_entries(journal.root, journal, entries, module.check_mode)
+        result = restore_entries(journal.root, journal, entries, module.check_mode,
+                                 connect=bmc_connector(BmcConfig.from_params(params["bmc"])))
     except HostStateError as exc:
         module.fail_json(msg=str(exc))
     output = {"changed": result["changed"], "diff": result["diff"],
               "restored": result["restored"], "failed": result["failed"],
-              "journal": journal.display}
+              "journal": journal.display,
+              "reboot_required": _bios_staged(entries, result)}
     if result["failed"]:
         paths = ", ".join(f"{f['path']} ({f['error']})" for f in result["failed"])
         module.fail_json(msg=f"could not restore: {paths}", **output)

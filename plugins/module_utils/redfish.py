@@ -1,0 +1,203 @@
+"""A small Redfish client: JSON over HTTPS with basic authentication, standard library only.
+
+The BMC is named by an address (``host``, ``host:port`` or an ``https://`` URL); TLS
+certificates are verified by default, against the system trust store or a pinned CA bundle
+(``ca``), and verification can only be switched off explicitly (``validate_certs=False``).
+Every failure is a :class:`RedfishError` whose message is one line, names the BMC and says
+what to do; the password never appears in a message, a repr or an exception.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+
+DEFAULT_TIMEOUT = 15
+MAX_BODY = 16 * 1024 * 1024
+
+# The ``bmc`` option shared by every module that talks to a BMC (documented in the
+# exemplar.tune.bmc doc fragment).
+BMC_OPTION: dict[str, Any] = {
+    "type": "dict",
+    "options": {
+        "address": {"type": "str"},
+        "user": {"type": "str"},
+        "password": {"type": "str", "no_log": True},
+        "ca": {"type": "path"},
+        "validate_certs": {"type": "bool", "default": True},
+        "timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+    },
+}
+
+
+class RedfishError(HostStateError):
+    """The BMC could not be asked, or did not answer as Redfish says it should."""
+
+
+class BmcAuthError(RedfishError):
+    """The BMC refused the user name or password (HTTP 401/403)."""
+
+
+class BmcUnreachable(RedfishError):
+    """No connection to the BMC (refused, timed out, name not resolved)."""
+
+
+class BmcTlsError(RedfishError):
+    """The BMC's TLS certificate is not trusted."""
+
+
+@dataclass(frozen=True)
+class BmcConfig:
+    """Where the BMC is and how to log in; ``password`` is never shown (``repr=False``)."""
+
+    address: str
+    user: str = ""
+    password: str = field(default="", repr=False)
+    ca: str | None = None
+    validate_certs: bool = True
+    timeout: int = DEFAULT_TIMEOUT
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> BmcConfig | None:
+        """The module option ``bmc`` as a config; ``None`` when no address is given."""
+        if not params or not params.get("address"):
+            return None
+        return cls(address=str(params["address"]), user=params.get("user") or "",
+                   password=params.get("password") or "", ca=params.get("ca") or None,
+                   validate_certs=params.get("validate_certs") is not False,
+                   timeout=int(params.get("timeout") or DEFAULT_TIMEOUT))
+
+    @property
+    def base_url(self) -> str:
+        """``scheme://host[:port]`` of the BMC (``https`` unless the address says ``http://``)."""
+        text = self.address.strip().rstrip("/")
+        parsed = urllib.parse.urlsplit(text if "://" in text else f"https://{text}")
+        if parsed.scheme not in ("https", "http") or not parsed.hostname:
+            raise RedfishError(self.address, "not a BMC address (host, host:port or https://URL)")
+        if parsed.username or parsed.password:
+            raise RedfishError(f"{parsed.scheme}://{parsed.hostname}", "credentials in the "
+                               "address: use exemplar_bmc_user and exemplar_bmc_password")
+        return f"{parsed.scheme}://{parsed.netloc}"
+
+    def with_address(self, address: str) -> BmcConfig:
+        """The same credentials and TLS settings for another address."""
+        return BmcConfig(address, self.user, self.password, self.ca, self.validate_certs,
+                         self.timeout)
+
+
+def tls_context(bmc: BmcConfig) -> ssl.SSLContext:
+    """Verifying TLS context (system store, or only ``bmc.ca``); unverified only on request."""
+    if not bmc.validate_certs:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=bmc.ca) if bmc.ca else \
+            ssl.create_default_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise BmcTlsError(bmc.base_url, f"cannot load CA bundle {bmc.ca}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+class RedfishClient:
+    """GET/PATCH/POST JSON on one BMC; paths are ``/redfish/v1/...`` URIs from its links."""
+
+    def __init__(self, bmc: BmcConfig) -> None:
+        self.bmc = bmc
+        self.base = bmc.base_url
+        self._context = tls_context(bmc) if self.base.startswith("https:") else None
+        token = base64.b64encode(f"{bmc.user}:{bmc.password}".encode()).decode()
+        self._headers = {"Authorization": f"Basic {token}", "Accept": "application/json",
+                         "OData-Version": "4.0"}
+
+    def __repr__(self) -> str:
+        return f"RedfishClient({self.base!r})"
+
+    def get(self, uri: str) -> dict[str, Any]:
+        """The JSON object at ``uri``."""
+        return self._request("GET", uri) or {}
+
+    def patch(self, uri: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """PATCH ``body``; returns the response object, if the BMC sent one."""
+        return self._request("PATCH", uri, body)
+
+    def post(self, uri: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST ``body`` (an action); returns the response object, if any."""
+        return self._request("POST", uri, body)
+
+    def _request(self, method: str, uri: str, body: dict[str, Any] | None = None
+                 ) -> dict[str, Any] | None:
+        url = self.base + "/" + uri.lstrip("/")
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._headers, **({"Content-Type": "application/json"} if data else {}))
+        # the scheme is https or http (checked in BmcConfig.base_url), never file: or custom
+        request = urllib.request.Request(url, data=data, headers=headers,  # noqa: S310
+                                         method=method)
+        try:
+            with urllib.request.urlopen(  # noqa: S310
+                    request, timeout=self.bmc.timeout, context=self._context) as response:
+                return _json(self.base, uri, response.read(MAX_BODY + 1))
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(method, uri, exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise self._connection_error(exc) from None
+
+    def _http_error(self, method: str, uri: str, exc: urllib.error.HTTPError) -> RedfishError:
+        if exc.code in (401, 403):
+            return BmcAuthError(self.base, f"authentication failed (HTTP {exc.code}) for user "
+                                f"{self.bmc.user!r}: check exemplar_bmc_user and "
+                                "exemplar_bmc_password (or EXEMPLAR_BMC_PASSWORD)")
+        return RedfishError(self.base, f"{method} {uri}: HTTP {exc.code} "
+                            f"{_redfish_message(exc) or exc.reason}")
+
+    def _connection_error(self, exc: BaseException) -> RedfishError:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return BmcTlsError(self.base, f"TLS certificate not trusted ({reason.verify_message}):"
+                               " pin the BMC's CA with exemplar_bmc_ca=/path/ca.pem (or set "
+                               "exemplar_bmc_validate_certs=false)")
+        if isinstance(reason, ssl.SSLError):
+            return BmcTlsError(self.base, f"TLS failed: {reason.reason or reason}")
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return BmcUnreachable(self.base, f"cannot connect: no answer in {self.bmc.timeout} s")
+        text = getattr(reason, "strerror", None) or str(reason)
+        return BmcUnreachable(self.base, f"cannot connect: {text}")
+
+
+def _json(base: str, uri: str, raw: bytes) -> dict[str, Any] | None:
+    """A Redfish response body as an object (``None`` for an empty body)."""
+    if len(raw) > MAX_BODY:
+        raise RedfishError(base, f"{uri}: response larger than {MAX_BODY} bytes")
+    if not raw.strip():
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise RedfishError(base, f"{uri}: response is not JSON") from None
+    if not isinstance(doc, dict):
+        raise RedfishError(base, f"{uri}: response is not a JSON object")
+    return doc
+
+
+def _redfish_message(exc: urllib.error.HTTPError) -> str:
+    """The first message of a Redfish error body (``error.@Message.ExtendedInfo``)."""
+    try:
+        doc = json.loads(exc.read(64 * 1024) or b"{}")
+    except (ValueError, OSError):
+        return ""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    infos = error.get("@Message.ExtendedInfo") or []
+    first = infos[0] if infos and isinstance(infos[0], dict) else {}
+    return " ".join(str(first.get("Message") or error.get("message") or "").split())

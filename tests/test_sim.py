@@ -1,0 +1,146 @@
+"""The simulated cluster: host trees, boot, benchmark formats, and ``sim`` on the command line.
+
+The end-to-end acceptance runs (demo, tune on every scenario) are in ``test_sim_acceptance.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import yaml
+
+from exemplar_tune.benchmark import load_benchmarks, run_benchmark
+from exemplar_tune.diagnose import nccl_tests
+from exemplar_tune.sim.cluster import create_cluster
+from exemplar_tune.sim.hosts import BASES, TREES
+from exemplar_tune.sim.model import host_state, load_scenario
+from tests.conftest import SYSROOTS
+from tests.helpers import cli_env, tree_hash
+from tests.test_cli import cli
+
+
+@pytest.fixture(scope="module")
+def gb300(tmp_path_factory):
+    """A two-host gb300-exemplar-gap cluster, shared by the read-only tests of this module."""
+    directory = tmp_path_factory.mktemp("sim") / "gb300"
+    create_cluster(directory, "gb300-exemplar-gap", hosts=2, seed=7)
+    return directory
+
+
+@pytest.mark.parametrize("name", sorted(BASES.values()))
+def test_shipped_trees_are_the_fixture_trees(name, tmp_path):
+    with tarfile.open(TREES / f"{name}.tar.gz") as tar:
+        tar.extractall(tmp_path / name, filter="tar")
+    fixture = tmp_path / "fixture"
+    subprocess.run(["cp", "-a", str(SYSROOTS / name), str(fixture)], check=True)
+    (fixture / "README.md").unlink()
+    assert tree_hash(tmp_path / name) == tree_hash(fixture)
+
+
+def test_create_writes_the_faults_the_preflight_finds(gb300):
+    info = yaml.safe_load((gb300 / "cluster.yaml").read_text())
+    assert info["hosts"] == ["node01", "node02"] and info["seed"] == 7
+    out = cli("preflight", "-i", str(gb300 / "inventory.yml"), "--profile",
+              str(gb300 / "profile.yaml"), "--format", "json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    found = {(g["id"], g["status"]) for g in doc["groups"] if g["count"] == 2}
+    assert {("vm.cmdqv-params", "fail"), ("cpu.deep-cstates-disabled", "fail"),
+            ("cpu.housekeeping-overlap", "warn"), ("runtime.topo-in-container", "fail"),
+            ("fabric.nccl-settings", "warn")} <= found
+    assert not any(g["layer"] == "gpu" for g in doc["groups"])
+
+
+def test_a_healthy_cluster_passes_the_preflight(tmp_path):
+    create_cluster(tmp_path / "c", "healthy", hosts=2)
+    out = cli("preflight", "-i", str(tmp_path / "c/inventory.yml"), "--profile",
+              str(tmp_path / "c/profile.yaml"), "--format", "json")
+    doc = json.loads(out.stdout)
+    assert [g["id"] for g in doc["groups"] if g["status"] == "fail"] == []
+    assert out.returncode == 0, out.stdout
+
+
+def test_boot_follows_the_kernel_command_line(gb300, tmp_path):
+    host = tmp_path / "node"
+    subprocess.run(["cp", "-a", str(gb300 / "hosts/node01"), str(host)], check=True)
+    assert host_state(str(host))["cmdqv_missing"]
+    grub = host / "etc/default/grub"
+    grub.write_text(grub.read_text().replace(" arm_smmu_v3.disable_cmdqv=1", ""))
+    assert host_state(str(host))["cmdqv_missing"], "a grub edit alone changes nothing"
+    out = subprocess.run([sys.executable, "-m", "exemplar_tune.sim.boot", str(host)],
+                         capture_output=True, text=True, env=cli_env(), check=True)
+    assert "disable_cmdqv" not in (host / "proc/cmdline").read_text()
+    assert "booted" in out.stdout
+    assert not host_state(str(host))["cmdqv_missing"]
+    facts = json.loads(cli("facts", "--sysroot", str(host), "--layer", "vm", "--format",
+                           "json").stdout)
+    assert facts["vm"]["cmdqv"]["state"] == "active"
+    assert (host / ".exemplar/sim/boots").read_text() == "2\n"  # create booted it once
+
+
+def test_training_output_is_megatron_and_follows_the_state(gb300, tmp_path):
+    spec = load_benchmarks(gb300 / "bench.yaml")[1]
+    assert spec.name == "moe"
+    values = [run_benchmark(spec).value for _ in range(3)]
+    reference = load_scenario("gb300-exemplar-gap")["workloads"]["moe"]["step_time_s"] * 1000
+    assert statistics.fmean(values) > reference * 1.15  # the faults cost well over 15 %
+    assert len(set(values)) == 3  # runs get independent noise
+
+
+def test_collectives_print_an_nccl_tests_table(gb300):
+    scenario = load_scenario("gb300-exemplar-gap")
+    for workload, collective in (("nccl-allgather", "all_gather"),
+                                 ("nccl-reducescatter", "reduce_scatter")):
+        out = cli("sim", "bench", str(gb300), "--workload", workload)
+        assert out.returncode == 0, out.stderr
+        test = nccl_tests.parse_tests(out.stdout)[-1]
+        assert test["collective"] == collective
+        row = {r["size"]: r for r in test["rows"]}[16 * 2**30]["out_of_place"]
+        shape = scenario["workloads"][workload]
+        expected = shape["qps1_time_ms"] * (1 + scenario["effects"]["topo_missing_in_container"])
+        assert row["time_us"] / 1000 == pytest.approx(expected, rel=0.05)
+        assert row["busbw"] < row["algbw"]
+
+
+def test_the_same_seed_gives_the_same_numbers(tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        create_cluster(tmp_path / name, "healthy", hosts=1, seed=3)
+        outputs.append([cli("sim", "bench", str(tmp_path / name), "--workload", "dense").stdout
+                        for _ in range(2)])
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0] != outputs[0][1]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scenario", "nope"], "scenario nope: no such file or shipped scenario"),
+    (["--hosts", "0"], "--hosts 0: between 1 and 4096"),
+])
+def test_bad_create_arguments_are_one_line_errors(tmp_path, args, message):
+    out = cli("sim", "create", str(tmp_path / "c"), *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"exemplar-tune: error: {message}")
+    assert not (tmp_path / "c").exists()
+
+
+def test_create_refuses_a_directory_with_files_and_leaves_it_alone(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c/keep.txt").write_text("mine\n")
+    out = cli("sim", "create", str(tmp_path / "c"))
+    assert out.returncode == 2 and "exists and is not empty" in out.stderr
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["keep.txt"]
+
+
+def test_bench_rejects_unknown_workloads_hosts_and_directories(gb300, tmp_path):
+    out = cli("sim", "bench", str(gb300), "--workload", "resnet")
+    assert out.returncode == 2 and "workload 'resnet'" in out.stderr
+    out = cli("sim", "bench", str(gb300), "--workload", "dense", "--hosts", "node09")
+    assert out.returncode == 2 and "host 'node09' is not in" in out.stderr
+    out = cli("sim", "bench", str(tmp_path), "--workload", "dense")
+    assert out.returncode == 2 and "not a simulated cluster" in out.stderr
