@@ -117,14 +117,14 @@ class LayerLoop:
                       reboot)
         try:
             outcome = self._measure_until_decided(scope)
+            if outcome.action == "keep" and scope.rest:
+                outcome.excluded = self._roll_out(scope)
         except BenchmarkFailed as exc:
             return self._fail_restoring(scope, f"no measurement: {exc}")
         except LayerStopped as exc:
             return self._finish(layer, "stopped", str(exc), status="applied")
         except HostsLost as exc:
             return self._finish(layer, "failed", str(exc), status="failed")
-        if outcome.action == "keep" and scope.rest:
-            outcome.excluded = self._roll_out(scope)
         return outcome
 
     def _undo_interrupted(self, layer: str, run_id: str) -> str | None:
