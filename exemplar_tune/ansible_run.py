@@ -78,6 +78,10 @@ class AnsibleRun:
 
     def __init__(self, inventory: str | dict, *, limit: str | None = None, forks: int = 10,
                  timeout: float | None = None, check: bool = False, diff: bool = False) -> None:
+        # ansible-runner works in a private directory: a relative inventory path would be
+        # taken for a host name there
+        if isinstance(inventory, str) and os.path.exists(inventory):
+            inventory = os.path.abspath(inventory)
         self.inventory = inventory
         self.limit, self.forks, self.timeout = limit, forks, timeout
         self.check, self.diff = check, diff

@@ -99,7 +99,7 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
     failed = any(o.action == "failed" or o.excluded for o in outcomes)
     doc = ledger.show(experiment)
     summary = dict(doc["experiment"]["summary"] or {})
-    if not stopped:
+    if not (stopped or failed):  # no "after" on a fleet with hosts lost or half-measured
         summary.update(gap_summary(doc, profile, loop.final_values() if specs else {}))
     ledger.set_summary(experiment, summary)
     ledger.finish(experiment, "failed" if failed or stopped else "finished")

@@ -200,11 +200,13 @@ class LayerLoop:
                                 run_id=scope.run_id)
         self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
         scope.applied = True
-        broken = {**result["failed"], **result["unreachable"]}
-        if broken:
-            self._restore(scope)
-            raise BenchmarkFailed(scope.layer, "hosts failed or unreachable while applying: "
-                                  + _names(result))
+        if result["failed"] or result["unreachable"]:
+            reason = f"{scope.layer}: hosts failed or unreachable while applying: {_names(result)}"
+            try:
+                self._restore(scope)
+            except HostsLost as exc:
+                raise HostsLost(f"{reason}; {exc}") from None
+            raise HostsLost(reason)
         reboot = sorted(h for h, d in result["hosts"].items() if d["reboot_required"])
         if reboot and not self.options.allow_reboot:
             self.ledger.set_layer_status(self.experiment, scope.layer, "applied",
@@ -316,7 +318,7 @@ class LayerStopped(Exception):
 
 
 class HostsLost(Exception):
-    """Hosts could not be restored or rebooted: the layer stays applied there."""
+    """Hosts failed or could not be reached while changing, restoring or rebooting."""
 
 
 def _names(result: dict[str, Any]) -> str:

@@ -58,9 +58,10 @@ def test_create_writes_the_faults_the_preflight_finds(gb300):
 
 def test_a_healthy_cluster_passes_the_preflight(tmp_path):
     create_cluster(tmp_path / "c", "healthy", hosts=2)
-    out = cli("preflight", "-i", str(tmp_path / "c/inventory.yml"), "--profile",
-              str(tmp_path / "c/profile.yaml"), "--format", "json")
+    out = cli("preflight", "-i", "inventory.yml", "--profile", "profile.yaml", "--format",
+              "json", cwd=tmp_path / "c")  # a relative inventory path is a path, not a host
     doc = json.loads(out.stdout)
+    assert sorted(doc["hosts"]) == ["node01", "node02"] and doc["unreachable"] == {}
     assert [g["id"] for g in doc["groups"] if g["status"] == "fail"] == []
     assert out.returncode == 0, out.stdout
 
