@@ -21,7 +21,7 @@ Methods:
   then 4 recheck runs of the candidate; keep when the candidate mean beats the baseline mean
   and the recheck mean beats it too. No threshold, no significance test; always 12 runs.
 
-Correct decision: keep when ``e >= min_effect + 1 %`` (= +2 %), restore when ``e <= 0``;
+Correct decision: keep when ``e >= +2 %``, restore when ``e <= 0``;
 either is accepted in between (+1 %). A separate "tail" scenario (``e = 0``, baseline stalls
 2 %, candidate none) counts keep as correct; it is reported but is not part of the targets.
 
@@ -32,6 +32,7 @@ mean runs <= 60 % of the 12-run protocol (over all cells of the grid).
     python bench/decision.py                  # default trials, seed 1
     python bench/decision.py --trials 100 --seed 7
     python bench/decision.py --max-runs 4        # fewer runs, less power
+    python bench/decision.py --min-effect 0.005  # a narrower band: more power at +2 %
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ from exemplar_tune.stats import SequentialTest, run_value, t_cdf  # noqa: E402
 EFFECTS = (-0.04, -0.02, -0.01, 0.0, 0.01, 0.02, 0.04)
 CVS = (0.005, 0.01, 0.02, 0.03)
 STALL_RATES = (0.0, 0.02)
-STEPS, JITTER, MIN_EFFECT, PROTOCOL_RUNS = 100, 0.005, 0.01, 12
+STEPS, JITTER, PROTOCOL_RUNS = 100, 0.005, 12
+KEEP_AT = 0.02  # effects this large must be kept (the targets' |e| >= 2 %)
 METHODS = ("ours", "welch", "keentune")
 
 
@@ -81,7 +83,7 @@ def ours(base: list[list[float]], cand: list[list[float]],
 
     ``rule`` overrides :class:`SequentialTest` parameters (``max_runs`` <= 6).
     """
-    test = SequentialTest(higher_is_better=False, min_effect=MIN_EFFECT, **(rule or {}))
+    test = SequentialTest(higher_is_better=False, **(rule or {}))
     arms = {"A": iter(base), "B": iter(cand)}
     while True:
         arm = test.next_arm()
@@ -130,7 +132,7 @@ def run_cell(cell: Cell, trials: int, seed: int,
 
 def correct(cell: Cell, keeps: int, trials: int) -> float | None:
     """Fraction of correct decisions, ``None`` where either answer is accepted."""
-    if cell.tail_only or cell.effect >= MIN_EFFECT + 0.01 - 1e-12:
+    if cell.tail_only or cell.effect >= KEEP_AT - 1e-12:
         return keeps / trials
     if cell.effect <= 0:
         return 1.0 - keeps / trials
@@ -205,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="our rule's max runs per arm")
     parser.add_argument("--stop-confidence", type=float, default=0.80,
                         help="our rule's confidence for an early restore")
+    parser.add_argument("--min-effect", type=float, default=0.01,
+                        help="our rule's minimum effect (the CLI's --min-effect, default 0.01)")
     args = parser.parse_args(argv)
-    rule = {"max_runs": args.max_runs, "stop_confidence": args.stop_confidence}
+    rule = {"max_runs": args.max_runs, "stop_confidence": args.stop_confidence,
+            "min_effect": args.min_effect}
     start = time.perf_counter()
     results = simulate(args.trials, args.seed, args.workers, rule=rule)
     print(f"{args.trials} trials per cell, seed {args.seed}, stall rates {STALL_RATES} pooled, "
