@@ -50,6 +50,9 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
     specs = load_benchmarks(args.bench)
     if args.canary < 0:
         raise UserError(f"--canary {args.canary}: a number of hosts, 0 for none")
+    if not 2 <= args.min_runs <= args.max_runs:
+        raise UserError(f"--min-runs {args.min_runs} --max-runs {args.max_runs}: need "
+                        "2 <= min-runs <= max-runs")
     if getattr(args, "dry_run", False):
         return _dry_run(args, profile, specs, layers)
     target = {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
@@ -93,7 +96,7 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
         outcome = loop.layer(layer, positions.get(layer, len(positions)), again=again)
         positions.setdefault(layer, len(positions))
         outcomes.append(outcome)
-        if outcome.action == "stopped":
+        if outcome.action == "stopped" or outcome.halt:
             break
     stopped = any(o.action == "stopped" for o in outcomes)
     failed = any(o.action == "failed" or o.excluded for o in outcomes)

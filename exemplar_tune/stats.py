@@ -305,7 +305,8 @@ def decide_shapes(comparisons: list[Comparison]) -> tuple[Action, str]:
 
 
 class SequentialTest:
-    """A/B runs with a decision after every run (rule 7).
+    """A/B runs with a decision after every complete pair (rule 7), so at most
+    ``max_runs - min_runs + 1`` looks, over which the confidence is Bonferroni-split.
 
     Interleaved (A B B A ..., the default) when the arms can be switched at runtime; otherwise
     (``interleave=False``, changes that need a reboot) in blocks: ``min_runs`` baseline runs,
@@ -380,6 +381,8 @@ class SequentialTest:
     def decide(self) -> Decision:
         """Keep, restore or continue, given the runs so far."""
         pairs = min(self.runs(BASELINE), self.runs(CANDIDATE))
+        if self.interleave and self.runs(BASELINE) != self.runs(CANDIDATE):
+            return Decision("continue", "the pair is not complete yet", [])
         if pairs < self.min_runs:
             return Decision("continue", f"{pairs} of {self.min_runs} minimum run pairs", [])
         comparisons = [self._compare_shape(s) for s in self.shapes()]

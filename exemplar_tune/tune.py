@@ -65,6 +65,7 @@ class LayerOutcome:
     reason: str
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
+    halt: bool = False  # hosts may be left changed: measure nothing more
 
 
 @dataclass
@@ -100,7 +101,9 @@ class LayerLoop:
         if again:
             lost = self._undo_interrupted(layer, run_id)
             if lost:
-                return self._finish(layer, "failed", lost, status="failed")
+                outcome = self._finish(layer, "failed", lost, status="failed")
+                outcome.halt = True
+                return outcome
         else:
             self.ledger.add_layer(self.experiment, layer, position, run_id)
         plan = self._playbook(self.run, "apply", layer, check=True)
@@ -115,6 +118,7 @@ class LayerLoop:
         canary = changing[:self.options.canary] if self.options.canary else []
         scope = Scope(layer, run_id, canary or changing, changing[len(canary):] if canary else [],
                       reboot)
+        self.ledger.set_layer_status(self.experiment, layer, "measuring", reboot_required=reboot)
         try:
             outcome = self._measure_until_decided(scope)
             if outcome.action == "keep" and scope.rest:
@@ -124,18 +128,21 @@ class LayerLoop:
         except LayerStopped as exc:
             return self._finish(layer, "stopped", str(exc), status="applied")
         except HostsLost as exc:
-            return self._finish(layer, "failed", str(exc), status="failed")
+            outcome = self._finish(layer, "failed", str(exc), status="failed")
+            outcome.halt = True
         return outcome
 
     def _undo_interrupted(self, layer: str, run_id: str) -> str | None:
-        """Restore a layer an earlier controller left half-measured, reboot it back if its
-        change was a boot-time one, and clear its records; the reason on failure."""
-        recorded = next(r for r in self.ledger.show(self.experiment)["layers"]
-                        if r["layer"] == layer)
-        scope = Scope(layer, run_id, [], [], recorded["reboot_required"], applied=True)
+        """Restore a layer an earlier controller left half-measured on the hosts it recorded
+        (with reboots allowed, reboot them back if the change was a boot-time one) and clear
+        its records; the reason on failure."""
+        doc = self.ledger.show(self.experiment)
+        recorded = next(r for r in doc["layers"] if r["layer"] == layer)
+        hosts = sorted({h["host"] for h in doc["hosts"] if h["layer"] == layer})
+        scope = Scope(layer, run_id, hosts, [], recorded["reboot_required"], applied=True)
         self.options.progress(f"{layer}: restoring what the interrupted run left applied")
         try:
-            self._restore(scope, ["all"])
+            self._restore(scope)
         except HostsLost as exc:
             return str(exc)
         self.ledger.reset_layer(self.experiment, layer)
@@ -163,6 +170,9 @@ class LayerLoop:
             index = test.runs(arm)
             for spec in self.specs:
                 measurement = self._bench(spec, scope.hosts if scope.rest else None)
+                if measurement.value <= 0:
+                    raise BenchmarkFailed(spec.name, f"value {measurement.value:g} "
+                                          f"{measurement.unit}: not a measurement")
                 test.add(arm, spec.name, _time_like(measurement.value, spec.higher_is_better),
                          steps=None if spec.higher_is_better else measurement.samples)
                 self.ledger.add_sample(self.experiment, scope.layer, ARM_NAMES[arm], spec.name,
@@ -201,12 +211,8 @@ class LayerLoop:
         self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
         scope.applied = True
         if result["failed"] or result["unreachable"]:
-            reason = f"{scope.layer}: hosts failed or unreachable while applying: {_names(result)}"
-            try:
-                self._restore(scope)
-            except HostsLost as exc:
-                raise HostsLost(f"{reason}; {exc}") from None
-            raise HostsLost(reason)
+            self._give_up(scope, f"{scope.layer}: hosts failed or unreachable while applying: "
+                          f"{_names(result)}")
         reboot = sorted(h for h, d in result["hosts"].items() if d["reboot_required"])
         if reboot and not self.options.allow_reboot:
             self.ledger.set_layer_status(self.experiment, scope.layer, "applied",
@@ -216,13 +222,25 @@ class LayerLoop:
                                f"--allow-reboot' to reboot them, measure and decide, or "
                                f"'exemplar-tune rollback --run {self.experiment}' to undo it")
         if reboot:
-            self._reboot(scope.layer, reboot)
+            try:
+                self._reboot(scope.layer, reboot)
+            except HostsLost as exc:
+                self._give_up(scope, str(exc))
         return result
 
+    def _give_up(self, scope: Scope, reason: str) -> None:
+        """Restore every host of ``scope`` that answers, then raise :class:`HostsLost`."""
+        try:
+            self._restore(scope)
+        except HostsLost as exc:
+            raise HostsLost(f"{reason}; {exc}") from None
+        raise HostsLost(reason)
+
     def _restore(self, scope: Scope, hosts: list[str] | None = None) -> None:
+        """Restore the layer on ``hosts`` (default the scope's; none: every host of the run)."""
         hosts = hosts or scope.hosts
-        result = self._playbook(self.run.limited(",".join(hosts)), "restore", scope.layer,
-                                run_id=scope.run_id)
+        target = self.run.limited(",".join(hosts)) if hosts else self.run
+        result = self._playbook(target, "restore", scope.layer, run_id=scope.run_id)
         scope.applied = False
         broken = {**result["failed"], **result["unreachable"]}
         if broken:
@@ -231,7 +249,7 @@ class LayerLoop:
             self.ledger.log_event(self.experiment, "error", message)
             raise HostsLost(message)
         if scope.reboot and self.options.allow_reboot:
-            self._reboot(scope.layer, hosts)
+            self._reboot(scope.layer, sorted(result["hosts"]))
 
     def _reboot(self, layer: str, hosts: list[str]) -> None:
         """Reboot ``hosts``, wait for them, and re-check the layer's facts."""

@@ -452,10 +452,14 @@ class Fleet:
         """
         if self._lock.closed:
             return
+        problems = []
         try:
             for host in self.hosts:
-                self.stop_sshd(host.name)
-            remaining = _remove_until_gone()
+                try:
+                    self.stop_sshd(host.name)
+                except (FleetError, subprocess.SubprocessError, OSError) as exc:
+                    problems.append(f"{host.name}: {exc}")  # the namespace removal kills it
+            remaining = _remove_until_gone() + problems
         finally:
             self._lock.close()
         if remaining:

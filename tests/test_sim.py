@@ -121,8 +121,13 @@ def test_the_same_seed_gives_the_same_numbers(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--scenario", "nope"], "scenario nope: no such file or shipped scenario"),
     (["--hosts", "0"], "--hosts 0: between 1 and 4096"),
+    (["--scenario", "{bad}"], "scenario {bad}: missing name, base"),
 ])
 def test_bad_create_arguments_are_one_line_errors(tmp_path, args, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: 2\n")
+    args = [str(bad) if a == "{bad}" else a for a in args]
+    message = message.replace("{bad}", str(bad))
     out = cli("sim", "create", str(tmp_path / "c"), *args)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -134,7 +139,7 @@ def test_create_refuses_a_directory_with_files_and_leaves_it_alone(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c/keep.txt").write_text("mine\n")
     out = cli("sim", "create", str(tmp_path / "c"))
-    assert out.returncode == 2 and "exists and is not empty" in out.stderr
+    assert out.returncode == 2 and "exists and is not an empty directory" in out.stderr
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["keep.txt"]
 
 

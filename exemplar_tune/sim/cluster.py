@@ -45,8 +45,8 @@ def create_cluster(directory: Path, scenario_name: str, *, hosts: int | None = N
     scenario["seed"] = scenario["seed"] if seed is None else seed
     if not 1 <= scenario["hosts"] <= 4096:
         raise ValueError(f"--hosts {scenario['hosts']}: between 1 and 4096")
-    if directory.exists() and any(directory.iterdir()):
-        raise ValueError(f"{directory}: exists and is not empty")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ValueError(f"{directory}: exists and is not an empty directory")
     names = [f"node{i:0{max(2, len(str(scenario['hosts'])))}d}"
              for i in range(1, scenario["hosts"] + 1)]
     try:

@@ -100,7 +100,10 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
         for title, argv in steps:
             print(f"\n== {title}: exemplar-tune {' '.join(argv)}", flush=True)
             command = parser.parse_args(argv)
-            command.func(command)
+            status = command.func(command)
+            if title.startswith("tune") and status != EXIT_OK:
+                print(f"\n== tune did not finish cleanly (exit {status}): see above")
+                return status
     print(f"\n== done in {time.monotonic() - start:.0f} s")
     print((directory / "report.md").read_text())
     if args.keep:

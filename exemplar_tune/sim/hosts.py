@@ -4,7 +4,7 @@
 (``healthy-h100``: an x86 H100 node tuned as the reference; ``gb200-grace-vm``: a Grace KVM
 guest). :func:`build_host` unpacks one, turns the Grace guest into a bare-metal GB300 node whose
 kernel and firmware can run CMDQV (:func:`make_gb300`), then writes the scenario's *faults*, each a
-problem of the write-up as the kernel would show it. :mod:`exemplar_tune.sim.boot` derives
+reported cause of the gap as the kernel would show it. :mod:`exemplar_tune.sim.boot` derives
 the boot-time state (command line, CMDQV probe) at the end, as a boot would.
 """
 
@@ -23,7 +23,7 @@ CPU_DIR = "sys/devices/system/cpu"
 SLICES = ("system.slice", "user.slice", "init.scope")
 CMDQV_PARAM = "arm_smmu_v3.disable_cmdqv"
 # Grace idle states through ACPI _LPI (driver acpi_idle, names LPI-<n>). NVIDIA's Grace tuning
-# guide lists only WFI; LPI-1 is a scenario assumption so the write-up's C-state case (a
+# guide lists only WFI; LPI-1 is a scenario assumption so the x86 C-state case (a
 # deep state the firmware or OS keeps disabled) can be exercised on the same node.
 GRACE_LPI = (("LPI-0", "WFI", 1, 1), ("LPI-1", "CPU_PG", 120, 400))
 # SMBIOS strings of the simulated GB300 compute tray (composed; bare metal, not a guest).

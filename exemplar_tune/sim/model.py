@@ -36,6 +36,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 SCENARIOS = Path(__file__).with_name("scenarios")
 DEFAULT_SCENARIO = SCENARIOS / "gb300-exemplar-gap.yaml"
+SCENARIO_KEYS = ("name", "base", "hosts", "gpus_per_host", "seed", "faults", "fabric",
+                 "noise_cv", "workloads", "effects", "profile")
 
 
 def shipped_scenarios() -> list[str]:
@@ -49,10 +51,18 @@ def load_scenario(name_or_path: str | Path | None = None) -> dict[str, Any]:
     if not path.suffix and str(name_or_path) in shipped_scenarios():
         path = SCENARIOS / f"{name_or_path}.yaml"
     try:
-        return yaml.safe_load(path.read_text())
+        scenario = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"scenario {name_or_path}: no such file or shipped scenario (shipped: "
                          f"{', '.join(shipped_scenarios())})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"scenario {name_or_path}: not readable YAML: "
+                         f"{str(exc).splitlines()[0]}") from None
+    missing = [k for k in SCENARIO_KEYS if not isinstance(scenario, dict) or k not in scenario]
+    if missing:
+        raise ValueError(f"scenario {name_or_path}: missing {', '.join(missing)} (see the "
+                         f"shipped {DEFAULT_SCENARIO.name})")
+    return scenario
 
 
 def host_state(sysroot: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ what to do; the password never appears in a message, a repr or an exception.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import ssl
@@ -109,8 +110,18 @@ def tls_context(bmc: BmcConfig) -> ssl.SSLContext:
                           f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse redirects: urllib would send the credentials along to wherever they point."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None
+
+
 class RedfishClient:
-    """GET/PATCH/POST JSON on one BMC; paths are ``/redfish/v1/...`` URIs from its links."""
+    """GET/PATCH/POST JSON on one BMC; paths are ``/redfish/v1/...`` URIs from its links.
+
+    Redirects are refused (an HTTP 3xx is an error): the credentials never leave this BMC.
+    """
 
     def __init__(self, bmc: BmcConfig) -> None:
         self.bmc = bmc
@@ -119,6 +130,8 @@ class RedfishClient:
         token = base64.b64encode(f"{bmc.user}:{bmc.password}".encode()).decode()
         self._headers = {"Authorization": f"Basic {token}", "Accept": "application/json",
                          "OData-Version": "4.0"}
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=self._context), _NoRedirect())
 
     def __repr__(self) -> str:
         return f"RedfishClient({self.base!r})"
@@ -144,13 +157,15 @@ class RedfishClient:
         request = urllib.request.Request(url, data=data, headers=headers,  # noqa: S310
                                          method=method)
         try:
-            with urllib.request.urlopen(  # noqa: S310
-                    request, timeout=self.bmc.timeout, context=self._context) as response:
+            with self._opener.open(request, timeout=self.bmc.timeout) as response:
                 return _json(self.base, uri, response.read(MAX_BODY + 1))
         except urllib.error.HTTPError as exc:
             raise self._http_error(method, uri, exc) from None
         except (urllib.error.URLError, OSError) as exc:
             raise self._connection_error(exc) from None
+        except (http.client.HTTPException, ValueError) as exc:  # bad address, cut-off reply
+            raise RedfishError(self.base, f"{method} {uri}: {type(exc).__name__}: "
+                               f"{str(exc)[:200]}") from None
 
     def _http_error(self, method: str, uri: str, exc: urllib.error.HTTPError) -> RedfishError:
         if exc.code in (401, 403):

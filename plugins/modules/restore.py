@@ -80,11 +80,19 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 
 def bmc_connector(bmc: BmcConfig | None):
-    """Opens the BMC a Redfish journal entry names, with ``bmc``'s credentials (or ``None``)."""
+    """Opens the BMC a Redfish journal entry names, with ``bmc``'s credentials (or ``None``).
+
+    The journal lives on the host: an entry naming another BMC than the inventory's is refused,
+    so the credentials only ever go to the configured BMC.
+    """
     def connect(entry: dict[str, Any]) -> BiosSettings | None:
         if bmc is None:
             return None
-        settings = BiosSettings(bmc.with_address(entry["bmc"]))
+        if bmc.with_address(entry["bmc"]).base_url != bmc.base_url:
+            raise HostStateError(entry["path"], f"the journal names BMC {entry['bmc']}, the "
+                                 f"inventory {bmc.base_url}: not restored (credentials are "
+                                 "only sent to the inventory's BMC)")
+        settings = BiosSettings(bmc)
         if settings.system != entry["system"]:
             raise HostStateError(entry["path"], f"the BMC now shows system {settings.system}, "
                                  f"the journal recorded {entry['system']}: not restored")
