@@ -76,6 +76,16 @@ def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[
             "unreachable": unreachable, "failed": failed}
 
 
+def host_records(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per host of a :func:`run_playbook` result what the ledger keeps: status, changes,
+    error (unreachable hosts included, with no changes)."""
+    records = {h: {"status": d["status"], "changed": d["changed"], "error": d["error"]}
+               for h, d in result["hosts"].items()}
+    records.update({h: {"status": "unreachable", "changed": [], "error": why}
+                    for h, why in result["unreachable"].items()})
+    return records
+
+
 def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Knobs that drift, grouped across hosts: ``{layer, knob, hosts, count, total}``."""
     groups: dict[tuple[str, str], set[str]] = {}
@@ -106,9 +116,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         ledger.add_layer(experiment, args.layer, 0, run_id)
         result = run_playbook(_runner(args), "apply", {
             "layer": args.layer, "exemplar_profile": profile, "exemplar_run_id": run_id})
-        ledger.record_hosts(experiment, args.layer, {
-            h: {"status": d["status"], "changed": d["changed"], "error": d["error"]}
-            for h, d in result["hosts"].items()})
+        ledger.record_hosts(experiment, args.layer, host_records(result))
         broken = bool(result["failed"] or result["unreachable"])
         ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
         ledger.finish(experiment, "failed" if broken else "finished")

@@ -36,7 +36,7 @@ from exemplar_tune.checks.base import FAIL
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.remediate import run_playbook
+from exemplar_tune.remediate import host_records, run_playbook
 from exemplar_tune.stats import BASELINE, CANDIDATE, SequentialTest
 
 HOSTS_VARIABLE = "EXEMPLAR_TUNE_HOSTS"
@@ -208,7 +208,7 @@ class LayerLoop:
     def _apply(self, scope: Scope, hosts: list[str]) -> dict[str, Any]:
         result = self._playbook(self.run.limited(",".join(hosts)), "apply", scope.layer,
                                 run_id=scope.run_id)
-        self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
+        self.ledger.record_hosts(self.experiment, scope.layer, host_records(result))
         scope.applied = True
         if result["failed"] or result["unreachable"]:
             self._give_up(scope, f"{scope.layer}: hosts failed or unreachable while applying: "
@@ -275,7 +275,7 @@ class LayerLoop:
                               f"{len(scope.rest)} more host(s)")
         result = self._playbook(self.run.limited(",".join(scope.rest)), "apply", scope.layer,
                                 run_id=scope.run_id)
-        self.ledger.record_hosts(self.experiment, scope.layer, _host_records(result))
+        self.ledger.record_hosts(self.experiment, scope.layer, host_records(result))
         broken = {**result["failed"], **result["unreachable"]}
         if broken:
             failed = sorted(result["failed"])
@@ -365,10 +365,3 @@ def _comparison_dict(comparison: Any) -> dict[str, Any]:
             "verdict": comparison.verdict, "n_baseline": comparison.n_baseline,
             "n_candidate": comparison.n_candidate, "confidence": comparison.confidence}
 
-
-def _host_records(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    records = {h: {"status": d["status"], "changed": d["changed"], "error": d["error"]}
-               for h, d in result["hosts"].items()}
-    records.update({h: {"status": "unreachable", "changed": [], "error": why}
-                    for h, why in result["unreachable"].items()})
-    return records
