@@ -116,7 +116,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_apply(sub)
     _add_tune(sub)
     _add_restore(sub)
-    _add_rollback(sub)
     _add_resume(sub)
     _add_audit(sub)
     _add_history(sub)
@@ -231,16 +230,6 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     cmd.set_defaults(func=cmd_tune)
 
 
-def _add_rollback(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("rollback", help="the same as restore: every layer of an experiment",
-                         description="Restore all layers an experiment touched (also one whose "
-                         "controller died), from the host journals.")
-    _add_change_target(cmd)
-    cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
-    cmd.add_argument("--ledger", type=Path)
-    cmd.set_defaults(func=cmd_restore)
-
-
 def _add_resume(sub: argparse._SubParsersAction) -> None:
     cmd = sub.add_parser("resume", help="continue an experiment whose controller died",
                          description="Continue an interrupted tune/apply experiment: the layer "
@@ -276,14 +265,18 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_restore(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("restore", help="put back what a run changed",
-                         description="Restore every host a run touched, newest change first, "
-                         "from the host journals.", epilog=APPLY_EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_change_target(cmd)
-    cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
-    cmd.add_argument("--ledger", type=Path)
-    cmd.set_defaults(func=cmd_restore)
+    """``restore`` and its synonym ``rollback`` (the word used for a killed experiment)."""
+    for name, summary in (("restore", "put back what a run changed"),
+                          ("rollback", "the same as restore: every layer of an experiment")):
+        cmd = sub.add_parser(name, help=summary,
+                             description="Restore every host a run touched (also one whose "
+                             "controller died), newest change first, from the host journals.",
+                             epilog=APPLY_EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        _add_change_target(cmd)
+        cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
+        cmd.add_argument("--ledger", type=Path)
+        cmd.set_defaults(func=cmd_restore)
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:

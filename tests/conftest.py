@@ -38,14 +38,15 @@ os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
 @pytest.fixture
 def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Three real SSH hosts ``xtf1..3`` (network namespaces, own address and sshd each), torn
-    down afterwards whatever happens; skipped, with the reason, only where the machine cannot
-    create namespaces or has no sshd. See tests/sshfleet.py."""
+    down afterwards whatever happens. Fails, saying why, where the machine cannot create
+    namespaces or has no sshd (.ci/packages.txt installs openssh-server and iproute2).
+    See tests/sshfleet.py."""
     from tests.sshfleet import FleetUnavailable, start_fleet
 
     try:
         fleet = start_fleet(3, tmp_path_factory.mktemp("sshfleet"))
     except FleetUnavailable as exc:
-        pytest.skip(f"SSH FLEET UNAVAILABLE on this machine: {exc}")
+        pytest.fail(f"SSH fleet unavailable on this machine: {exc}")
     try:
         yield fleet
     finally:
