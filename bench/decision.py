@@ -11,9 +11,10 @@ on the same data.
 
 Methods:
 
-* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (3..6 runs per arm,
-  keep on 95 % Bonferroni-split over the looks, early restore on 80 %, 1 % noise band, tail
-  credit); ``--max-runs`` and ``--stop-confidence`` override them.
+* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (2..6 runs per arm,
+  keep on 95 % Bonferroni-split over the looks, early restore on 50 %, 1 % noise band, tail
+  credit); ``--min-runs``, ``--max-runs``, ``--stop-confidence`` and ``--min-effect`` override
+  them.
 * ``welch``: fixed 5+5 runs, Welch t-test at alpha 0.05 (two-sided); keep when significant
   and in the good direction.
 * ``keentune``: our reading of KeenTune's fixed protocol (``BASELINE_BENCH_ROUND=5``,
@@ -33,6 +34,12 @@ mean runs <= 60 % of the 12-run protocol (over all cells of the grid).
     python bench/decision.py --trials 100 --seed 7
     python bench/decision.py --max-runs 4        # fewer runs, less power
     python bench/decision.py --min-effect 0.005  # a narrower band: more power at +2 %
+    python bench/decision.py --power             # runs any such rule needs, no simulation
+
+``--power`` prints, per effect and cv, the runs per arm a fixed-size test needs to keep a true
+effect with 95 % power when it must show the effect beyond the minimum effect at one-sided
+5 % (normal approximation, a lower bound for sequential designs, which pay for their looks):
+``n = 2 (cv (z_0.95 + z_0.95) / (e - min_effect))^2``.
 """
 
 from __future__ import annotations
@@ -49,7 +56,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exemplar_tune.stats import SequentialTest, run_value, t_cdf  # noqa: E402
+from exemplar_tune.stats import (  # noqa: E402
+    MAX_RUNS,
+    MIN_RUNS,
+    STOP_CONFIDENCE,
+    SequentialTest,
+    run_value,
+    t_cdf,
+)
 
 EFFECTS = (-0.04, -0.02, -0.01, 0.0, 0.01, 0.02, 0.04)
 CVS = (0.005, 0.01, 0.02, 0.03)
@@ -156,6 +170,26 @@ def simulate(trials: int, seed: int, workers: int = 2, cells: list[Cell] | None 
         return {c: f.result() for c, f in zip(cells, futures, strict=True)}
 
 
+def runs_for_power(effect: float, cv: float, min_effect: float, power: float = 0.95,
+                   alpha: float = 0.05) -> float:
+    """Runs per arm a fixed-size one-sided test at ``alpha`` needs to show ``effect`` beyond
+    ``min_effect`` with ``power`` (normal approximation); ``inf`` when ``effect <= min_effect``."""
+    if effect <= min_effect:
+        return math.inf
+    z = statistics.NormalDist().inv_cdf
+    return 2.0 * (cv * (z(1 - alpha) + z(power)) / (effect - min_effect)) ** 2
+
+
+def power_table(min_effect: float) -> list[str]:
+    """:func:`runs_for_power` for the kept effects of the grid against its cvs."""
+    lines = [f"runs per arm for 95 % power, interval beyond +{min_effect:.1%} at one-sided 5 %:",
+             f"{'effect':>7} " + " ".join(f"{f'cv {cv:.1%}':>9}" for cv in CVS)]
+    for effect in (e for e in EFFECTS if e >= KEEP_AT - 1e-12):
+        needs = (runs_for_power(effect, cv, min_effect) for cv in CVS)
+        lines.append(f"{effect:+7.0%} " + " ".join(f"{math.ceil(n):>9}" for n in needs))
+    return lines
+
+
 def _pct(x: float | None) -> str:
     return "   -  " if x is None else f"{100 * x:5.1f}%"
 
@@ -203,15 +237,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=250, help="trials per cell")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--max-runs", type=int, default=6, choices=range(3, 7),
+    parser.add_argument("--min-runs", type=int, default=MIN_RUNS, choices=range(2, 7),
+                        help="our rule's runs per arm at the first look")
+    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, choices=range(2, 7),
                         help="our rule's max runs per arm")
-    parser.add_argument("--stop-confidence", type=float, default=0.80,
+    parser.add_argument("--stop-confidence", type=float, default=STOP_CONFIDENCE,
                         help="our rule's confidence for an early restore")
     parser.add_argument("--min-effect", type=float, default=0.01,
                         help="our rule's minimum effect (the CLI's --min-effect, default 0.01)")
+    parser.add_argument("--power", action="store_true",
+                        help="print the runs per arm any rule of this kind needs; no simulation")
     args = parser.parse_args(argv)
-    rule = {"max_runs": args.max_runs, "stop_confidence": args.stop_confidence,
-            "min_effect": args.min_effect}
+    if args.power:
+        print("\n".join(power_table(args.min_effect)))
+        return 0
+    if args.min_runs > args.max_runs:
+        parser.error(f"--min-runs {args.min_runs} is above --max-runs {args.max_runs}")
+    rule = {"min_runs": args.min_runs, "max_runs": args.max_runs,
+            "stop_confidence": args.stop_confidence, "min_effect": args.min_effect}
     start = time.perf_counter()
     results = simulate(args.trials, args.seed, args.workers, rule=rule)
     print(f"{args.trials} trials per cell, seed {args.seed}, stall rates {STALL_RATES} pooled, "

@@ -21,6 +21,7 @@ from exemplar_tune.profile import load_profile
 from exemplar_tune.remediate import _runner, run_playbook
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
+from exemplar_tune.stats import BLOCK_RUNS, MAX_RUNS, MIN_RUNS, block_runs
 from exemplar_tune.tune import LayerLoop, LoopOptions
 
 
@@ -28,9 +29,12 @@ def add_loop_options(cmd: argparse.ArgumentParser) -> None:
     """Options of the measured loop (shared by ``tune`` and ``apply --bench``)."""
     cmd.add_argument("--min-effect", type=float, default=0.01, metavar="FRACTION",
                      help="smallest relative improvement worth keeping (default 0.01 = 1 %%)")
-    cmd.add_argument("--min-runs", type=int, default=3, help="runs per arm before deciding")
-    cmd.add_argument("--max-runs", type=int, default=6,
-                     help="runs per arm at most; inconclusive then means restore")
+    cmd.add_argument("--min-runs", type=int, default=MIN_RUNS,
+                     help=f"runs per arm before the first decision (default {MIN_RUNS}; a "
+                     f"baseline before a reboot has at least {BLOCK_RUNS})")
+    cmd.add_argument("--max-runs", type=int, default=MAX_RUNS,
+                     help=f"runs per arm at most; inconclusive then means restore (default "
+                     f"{MAX_RUNS})")
     cmd.add_argument("--allow-reboot", action="store_true",
                      help="reboot hosts whose change needs it (otherwise stop and say so)")
     cmd.add_argument("--canary", type=int, default=0, metavar="N",
@@ -177,7 +181,7 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
     canary = f"; first on {args.canary} canary host(s)" if args.canary else ""
     print(f"  benchmarks: {names}; per changed layer {args.min_runs}-{args.max_runs} runs per "
           f"arm{canary}; at most {2 * args.max_runs * len(specs) * changing} benchmark runs "
-          f"in all, plus {args.min_runs * len(specs)} for the final measurement")
+          f"in all, plus {block_runs(args.min_runs) * len(specs)} for the final measurement")
     return EXIT_OK
 
 

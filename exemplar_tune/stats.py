@@ -30,29 +30,44 @@ The rule (criterion.rs noise band + confidence interval, pyperf ``compare_to``)
    of each arm at the per-look confidence, and the candidate keeps at most half the baseline
    tail. Pooling steps treats stalls as independent across steps; that is the documented
    simplification (a stall that sticks to one run would overstate the evidence).
-7. **Sequential** (:class:`SequentialTest`): runs interleave A/B/A/B (:meth:`next_arm`); the
-   first look is at ``min_runs`` pairs (default 3), then one look after every further pair up
-   to ``max_runs`` (default 6). A keep needs the strict interval: confidence
-   ``1 - (1 - confidence) / looks`` (Bonferroni over the ``max_runs - min_runs + 1`` looks;
-   95 % -> 98.75 % with the defaults), which bounds the false-keep rate under repeated looks.
-   An early restore (``worse``, ``equivalent``, ``no_benefit``) is read on a looser interval,
-   ``stop_confidence`` (default 80 %), because its only possible error is a missed gain: this
-   is a non-binding futility boundary, and it can only lower the false-keep rate. Still
-   inconclusive at ``max_runs`` -> restore (the safe side).
+7. **Sequential** (:class:`SequentialTest`): runs interleave A B B A (:meth:`next_arm`); the
+   first look is at ``min_runs`` pairs (default 2: one A B B A block, in which linear drift
+   cancels), then one look after every further pair up to ``max_runs`` (default 6).
 
-Why these parameters (measured by ``bench/decision.py``; run-to-run CV 0.5-3 %):
+   * A keep needs the strict interval: confidence ``1 - (1 - confidence) / looks``
+     (Bonferroni over the ``max_runs - min_runs + 1`` looks; 95 % -> 99 % with the defaults),
+     which bounds the false-keep rate under repeated looks.
+   * An early restore (``worse``, ``equivalent``, ``no_benefit``) is read on a looser
+     interval, ``stop_confidence`` (default 80 %), because its only possible error is a missed
+     gain: a non-binding futility boundary, which can only lower the false-keep rate.
+   * Curtailment, also a restore (``no_benefit``, "a keep is out of reach"): even if the
+     effect were :data:`OPTIMISM` (2) standard errors better than estimated, the strict
+     interval at ``max_runs`` (each arm's spread as now) would not clear ``+m``.
+   * A futility restore waits while the candidate's tail drop (rule 6) is significant at
+     ``stop_confidence``: more runs may still credit it.
+   * Still inconclusive at ``max_runs`` -> restore (the safe side).
 
-* Bonferroni at 95 % keeps false keeps at a true effect of 0 near 1 % (target <= 5 %). With no
-  correction (95 % at every look) they reach 5-6 % at CV >= 2 %, so the correction stays.
-* ``stop_confidence`` 80 % instead of 95 % cuts the mean number of runs (about 9.6 -> 8.9 over
-  the grid) without changing the keep rate at +2 % or +4 %.
-* ``max_runs`` 6 keeps power at +4 % / CV 1 % near 96 %. ``max_runs=4`` brings the mean runs
-  under 60 % of KeenTune's 12 (about 7.1) but keeps only ~84 % of those +4 % gains.
+   Changes that need a reboot are measured in blocks instead. A block measured without
+   interleaving (the baseline before the reboot, the loop's final measurement) has at least
+   :data:`BLOCK_RUNS` runs, whatever ``min_runs`` says: its spread is all the loop knows.
+
+Why these parameters (measured by ``bench/decision.py``, 250 trials per cell, seed 1;
+run-to-run CV 0.5-3 %, effects -4..+4 %, stall rates 0 and 2 %):
+
+* Bonferroni at 95 % keeps false keeps at a true effect of 0 near 1.4 % (target <= 5 %). With
+  no correction (95 % at every look) they reach 5-6 % at CV >= 2 %, so the correction stays.
+* The first look at 2 pairs and the curtailment cut the mean number of runs over the grid from
+  8.85 (first look at 3 pairs, no curtailment) to 6.14, 51 % of KeenTune's fixed 12. The share
+  of correct decisions at ``|e| >= 2 %``, CV <= 1 % moved from 85.7 % to 84.8 %, and a removed
+  stall tail is credited more often (78-96 % instead of 68-82 %).
+* ``max_runs`` 6 keeps power at +4 % / CV 1 % near 96 %.
 * Limits that no parameter fixes: a +2 % gain at 1 % run-to-run CV cannot be kept reliably
-  within 6+6 runs by any rule that demands the whole interval above +1 % (the standard error
-  of r alone is 0.58 % at n = 6; 95 % power needs about 25-30 runs per arm). The rule then
-  restores: a missed small gain, never a kept regression. Lower the noise (more steps per run
-  do not help; steadier runs do) or raise ``max_runs`` before hunting for gains that small.
+  within 6+6 runs by any rule that demands the whole interval above +1 %. The standard error
+  of r alone is 0.58 % at n = 6, and 95 % power against the +1 % boundary needs about 22 runs
+  per arm even at a fixed one-sided 5 % (``python bench/decision.py --power`` prints this per
+  cell). The rule then restores: a missed small gain, never a kept regression. Lower the noise
+  (more steps per run do not help; steadier runs do) or raise ``max_runs`` before hunting for
+  gains that small.
 """
 
 from __future__ import annotations
@@ -67,6 +82,9 @@ Verdict = Literal["better", "worse", "equivalent", "no_benefit", "inconclusive"]
 BASELINE, CANDIDATE = "A", "B"
 STALL_FLOOR_S = 0.050  # tail threshold floor: p50 + 50 ms
 MAD_FACTOR = 5.0
+MIN_RUNS, MAX_RUNS, STOP_CONFIDENCE = 2, 6, 0.80  # rule 7 defaults
+OPTIMISM = 2.0  # standard errors of benefit of the doubt before a keep is out of reach
+BLOCK_RUNS = 3  # fewest runs of a block measured without interleaving (rule 7)
 
 _ACTION: dict[str, Action] = {"better": "keep", "worse": "restore", "equivalent": "restore",
                               "no_benefit": "restore", "inconclusive": "continue"}
@@ -184,6 +202,15 @@ def classify(ci_low: float, ci_high: float, min_effect: float) -> Verdict:
     return "inconclusive"
 
 
+def variance_terms(baseline: list[float], candidate: list[float]) -> tuple[float, float]:
+    """Each arm's share of the variance of ``mean_B / mean_A`` (delta method, rule 3); their
+    sum is ``se^2``. Needs 2+ values per arm and a positive baseline mean."""
+    mean_a, mean_b = statistics.fmean(baseline), statistics.fmean(candidate)
+    u_a = (mean_b / mean_a) ** 2 * statistics.variance(baseline) / len(baseline) / mean_a ** 2
+    u_b = statistics.variance(candidate) / len(candidate) / mean_a ** 2
+    return u_a, u_b
+
+
 def compare(baseline: list[float], candidate: list[float], *, higher_is_better: bool,
             min_effect: float = 0.01, confidence: float = 0.95,
             shape: str = "default") -> Comparison:
@@ -198,8 +225,7 @@ def compare(baseline: list[float], candidate: list[float], *, higher_is_better: 
         raise ValueError(f"baseline mean must be positive, got {mean_a!r}")
     sign = 1.0 if higher_is_better else -1.0
     rel = sign * (mean_b - mean_a) / mean_a
-    u_a = (mean_b / mean_a) ** 2 * statistics.variance(baseline) / len(baseline) / mean_a ** 2
-    u_b = statistics.variance(candidate) / len(candidate) / mean_a ** 2
+    u_a, u_b = variance_terms(baseline, candidate)
     se = math.sqrt(u_a + u_b)
     if se == 0.0:
         half = 0.0
@@ -244,17 +270,29 @@ def tail_count(step_times: list[float]) -> tuple[int, int]:
     return round(tail_stats(step_times)["tail_fraction"] * len(step_times)), len(step_times)
 
 
+def _tail_fractions(baseline: list[tuple[int, int]],
+                    candidate: list[tuple[int, int]]) -> tuple[float, float, float]:
+    """Pooled tail fractions of both arms and of both together."""
+    t_a, n_a = map(sum, zip(*baseline, strict=True))
+    t_b, n_b = map(sum, zip(*candidate, strict=True))
+    return t_a / n_a, t_b / n_b, (t_a + t_b) / (n_a + n_b)
+
+
+def tail_halved(baseline: list[tuple[int, int]], candidate: list[tuple[int, int]]) -> bool:
+    """Whether the candidate has a tail and keeps at most half of it, significant or not."""
+    p_a, p_b, _ = _tail_fractions(baseline, candidate)
+    return p_a > 0 and p_b <= p_a / 2
+
+
 def tail_drop(baseline: list[tuple[int, int]], candidate: list[tuple[int, int]],
               confidence: float) -> tuple[bool, str]:
     """Rule 6: did the pooled tail fraction drop significantly (one-sided two-proportion z)?
 
     ``baseline``/``candidate`` hold one :func:`tail_count` per run.
     """
-    t_a, n_a = map(sum, zip(*baseline, strict=True))
-    t_b, n_b = map(sum, zip(*candidate, strict=True))
-    p_a, p_b = t_a / n_a, t_b / n_b
-    pooled = (t_a + t_b) / (n_a + n_b)
-    if pooled in (0.0, 1.0) or p_b > p_a / 2:
+    p_a, p_b, pooled = _tail_fractions(baseline, candidate)
+    n_a, n_b = (sum(n for _, n in arm) for arm in (baseline, candidate))
+    if pooled in (0.0, 1.0) or not tail_halved(baseline, candidate):
         return False, f"tail {p_a:.2%} -> {p_b:.2%}"
     z = (p_a - p_b) / math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
     significant = z > statistics.NormalDist().inv_cdf(confidence)
@@ -304,18 +342,25 @@ def decide_shapes(comparisons: list[Comparison]) -> tuple[Action, str]:
         _describe(c) for c in comparisons if c.verdict == "inconclusive")
 
 
+def block_runs(min_runs: int) -> int:
+    """Runs of a block measured without interleaving: ``min_runs``, at least :data:`BLOCK_RUNS`
+    (its spread is all the loop knows of that arm)."""
+    return max(min_runs, BLOCK_RUNS)
+
+
 class SequentialTest:
     """A/B runs with a decision after every complete pair (rule 7), so at most
     ``max_runs - min_runs + 1`` looks, over which the confidence is Bonferroni-split.
 
     Interleaved (A B B A ..., the default) when the arms can be switched at runtime; otherwise
-    (``interleave=False``, changes that need a reboot) in blocks: ``min_runs`` baseline runs,
-    then candidate runs until the decision is clear or ``max_runs`` candidate runs.
+    (``interleave=False``, changes that need a reboot) in blocks: :func:`block_runs` baseline
+    runs, then candidate runs until the decision is clear or ``max_runs`` candidate runs.
     """
 
     def __init__(self, *, higher_is_better: bool, min_effect: float = 0.01,
-                 confidence: float = 0.95, stop_confidence: float = 0.80,
-                 min_runs: int = 3, max_runs: int = 6, interleave: bool = True) -> None:
+                 confidence: float = 0.95, stop_confidence: float = STOP_CONFIDENCE,
+                 min_runs: int = MIN_RUNS, max_runs: int = MAX_RUNS,
+                 interleave: bool = True) -> None:
         if not 2 <= min_runs <= max_runs:
             raise ValueError(f"need 2 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
         if not 0.0 < stop_confidence < 1.0 or not 0.0 < confidence < 1.0:
@@ -325,7 +370,7 @@ class SequentialTest:
         self.confidence, self.stop_confidence = confidence, stop_confidence
         self.min_runs, self.max_runs, self.interleave = min_runs, max_runs, interleave
         self._values: dict[tuple[str, str], list[float]] = {}
-        self._tails: dict[tuple[str, str], list[tuple[int, int] | None]] = {}
+        self._tail_counts: dict[tuple[str, str], list[tuple[int, int] | None]] = {}
 
     @property
     def look_confidence(self) -> float:
@@ -341,7 +386,7 @@ class SequentialTest:
             raise ValueError(f"run value must be finite, got {value!r}")
         self._values.setdefault((arm, shape), []).append(value)
         tails = tail_count(steps) if steps is not None else None
-        self._tails.setdefault((arm, shape), []).append(tails)
+        self._tail_counts.setdefault((arm, shape), []).append(tails)
 
     def runs(self, arm: str) -> int:
         """Complete runs of an arm: the fewest values recorded for any shape."""
@@ -356,7 +401,7 @@ class SequentialTest:
         """A B B A A B B A ... (interleaved pairs in ABBA order: linear drift cancels within
         every four runs, and the arms switch only every second run), or the blocks."""
         if not self.interleave:
-            return BASELINE if self.runs(BASELINE) < self.min_runs else CANDIDATE
+            return BASELINE if self.runs(BASELINE) < block_runs(self.min_runs) else CANDIDATE
         order = (BASELINE, CANDIDATE, CANDIDATE, BASELINE)
         return order[(self.runs(BASELINE) + self.runs(CANDIDATE)) % 4]
 
@@ -365,17 +410,46 @@ class SequentialTest:
                        higher_is_better=self.higher_is_better, min_effect=self.min_effect,
                        confidence=confidence, shape=shape)
 
+    def _tails(self, shape: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+        """Tail counts of both arms when rule 6 applies (lower is better, steps everywhere)."""
+        tails_a = self._tail_counts[(BASELINE, shape)]
+        tails_b = self._tail_counts[(CANDIDATE, shape)]
+        if self.higher_is_better or None in tails_a or None in tails_b:
+            return None
+        return tails_a, tails_b  # type: ignore[return-value]
+
+    def _out_of_reach(self, comp: Comparison) -> bool:
+        """Curtailment (rule 7): even an effect :data:`OPTIMISM` standard errors better than the
+        estimate would not give a keep at ``max_runs``, each arm's spread staying as it is."""
+        values_a = self._values[(BASELINE, comp.shape)]
+        values_b = self._values[(CANDIDATE, comp.shape)]
+        final_a = self.max_runs if self.interleave else len(values_a)
+        if len(values_b) >= self.max_runs:
+            return False
+        u_a, u_b = variance_terms(values_a, values_b)
+        final_se = math.sqrt(u_a * len(values_a) / final_a + u_b * len(values_b) / self.max_runs)
+        t_final = t_ppf(1.0 - (1.0 - comp.confidence) / 2.0, final_a + self.max_runs - 2)
+        best_case = comp.rel_change + OPTIMISM * math.sqrt(u_a + u_b)
+        return best_case - t_final * final_se <= self.min_effect
+
     def _compare_shape(self, shape: str) -> Comparison:
-        """Keep on the strict interval; stop with restore on the looser ``stop_confidence``."""
+        """Keep on the strict interval. Restore early on the looser ``stop_confidence`` or when
+        a keep is out of reach, unless the candidate's tail drop is significant at
+        ``stop_confidence`` (rule 6 may still credit it)."""
         confidence = self.look_confidence
         comp = self._interval(shape, confidence)
+        tails = self._tails(shape)
         if comp.verdict != "better":
             stop = self._interval(shape, self.stop_confidence)
-            comp = stop if stop.action == "restore" else replace(comp, verdict="inconclusive")
-        tails_a, tails_b = self._tails[(BASELINE, shape)], self._tails[(CANDIDATE, shape)]
-        if self.higher_is_better or None in tails_a or None in tails_b:
+            tail_pending = (stop.verdict != "worse" and tails is not None
+                            and tail_drop(*tails, self.stop_confidence)[0])
+            if stop.action != "restore" and self._out_of_reach(comp):
+                stop = replace(stop, verdict="no_benefit", note="a keep is out of reach")
+            early = stop.action == "restore" and not tail_pending
+            comp = stop if early else replace(comp, verdict="inconclusive")
+        if tails is None:
             return comp
-        dropped, note = tail_drop(tails_a, tails_b, confidence)  # type: ignore[arg-type]
+        dropped, note = tail_drop(*tails, confidence)
         return credit_tail(comp, dropped, note, self.min_effect)
 
     def decide(self) -> Decision:

@@ -37,7 +37,7 @@ from exemplar_tune.checks.run import run_checks
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.remediate import host_records, run_playbook
-from exemplar_tune.stats import BASELINE, CANDIDATE, SequentialTest
+from exemplar_tune.stats import BASELINE, CANDIDATE, MAX_RUNS, MIN_RUNS, SequentialTest, block_runs
 
 HOSTS_VARIABLE = "EXEMPLAR_TUNE_HOSTS"
 
@@ -48,8 +48,8 @@ class LoopOptions:
 
     min_effect: float = 0.01
     confidence: float = 0.95
-    min_runs: int = 3
-    max_runs: int = 6
+    min_runs: int = MIN_RUNS
+    max_runs: int = MAX_RUNS
     allow_reboot: bool = False
     canary: int = 0
     log_dir: Path | None = None
@@ -314,13 +314,14 @@ class LayerLoop:
     # -- the whole experiment ---------------------------------------------------------------
 
     def final_values(self) -> dict[str, float]:
-        """Mean of ``min_runs`` runs of every shape on the hosts as they are now (``{}`` when
-        a benchmark gives no measurement; the reason goes to the ledger)."""
-        self.options.progress(f"final: {self.options.min_runs} runs of each shape")
+        """Mean of :func:`block_runs` runs of every shape on the hosts as they are now (``{}``
+        when a benchmark gives no measurement; the reason goes to the ledger)."""
+        count = block_runs(self.options.min_runs)
+        self.options.progress(f"final: {count} runs of each shape")
         values = {}
         try:
             for spec in self.specs:
-                runs = [self._bench(spec, None).value for _ in range(self.options.min_runs)]
+                runs = [self._bench(spec, None).value for _ in range(count)]
                 values[spec.name] = statistics.fmean(runs)
         except BenchmarkFailed as exc:
             self.ledger.log_event(self.experiment, "warning", f"final measurement: {exc}")

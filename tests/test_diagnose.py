@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from exemplar_tune.checks import CHECKS
 from exemplar_tune.diagnose import (
     DiagnoseError,
     Report,
@@ -20,6 +21,7 @@ from exemplar_tune.diagnose import (
     steptime,
     turbostat,
 )
+from exemplar_tune.diagnose.base import SIGNAL_CHECKS, finding
 from tests.conftest import SAMPLES
 
 GB300 = "nccl_tests_all_gather_perf_gcp_a4xmax_gb300.txt"
@@ -481,3 +483,12 @@ def test_every_finding_names_a_layer_check(module):
     assert r.kind == module.KIND
     assert all(f.check_id.split(".")[0] == f.layer and f.evidence or f.status == "info"
                for f in r.findings)
+
+
+def test_a_finding_names_a_registered_or_a_signal_check():
+    assert finding("cpu.housekeeping-overlap", "warn", "m").layer == "cpu"
+    for check_id in SIGNAL_CHECKS:
+        assert finding(check_id, "pass", "m").check_id == check_id
+    assert not {c.id for c in CHECKS} & set(SIGNAL_CHECKS)
+    with pytest.raises(ValueError, match="not a preflight check nor a signal check"):
+        finding("fabric.no-such-check", "warn", "m")

@@ -294,13 +294,13 @@ def xtf2_state_per_sample(site: Site, samples: list[dict]) -> list[tuple[str, st
 
 # first-run: a baseline run, so xtf2 is lost before the layer is ever applied;
 # first-applied-run: xtf2 is lost while changed, in the middle of the A/B runs;
-# run-6: the last run of --max-runs 3 (the runs stay inconclusive), xtf2 lost while changed
-# just before the final restore.
+# run-6: the last run of --min-runs 3 --max-runs 3 (one look, after run 6), xtf2 lost while
+# changed just before the final restore.
 @pytest.mark.parametrize("when", ["first-run", "first-applied-run", "run-6"])
 def test_a_host_lost_during_the_measured_loop_fails_it_and_rollback_restores(site, when):
     before = site.hashes()
     out = cli("apply", "--layer", "cpu", "-i", site.inventory, "--profile", site.cpu_profile,
-              "--bench", bench_file(site, when), "--max-runs", "3")
+              "--bench", bench_file(site, when), "--min-runs", "3", "--max-runs", "3")
     report = out.stdout + out.stderr
     assert (site.tmp / "stopped").exists(), f"the benchmark never stopped xtf2:\n{report}"
     assert out.returncode == 1, report

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from exemplar_tune.stats import (
+    BLOCK_RUNS,
     Comparison,
     SequentialTest,
     compare,
@@ -104,40 +105,56 @@ def feed(test: SequentialTest, base: list[float], cand: list[float]) -> tuple[st
             return decision.action, test.runs("B")
 
 
-def test_sequential_interleaves_and_waits_for_min_runs() -> None:
+def test_sequential_first_looks_after_one_abba_block() -> None:
     test = SequentialTest(higher_is_better=False)
-    order = []
-    for _ in range(6):
+    order, actions = [], []
+    for _ in range(4):
         order.append(test.next_arm())
         test.add(order[-1], "s", 1.0 if order[-1] == "A" else 0.9)
-        if len(order) == 4:
-            assert test.decide().action == "continue"
-    assert order == ["A", "B", "B", "A", "A", "B"]
+        actions.append(test.decide().action)
+    assert order == ["A", "B", "B", "A"]
+    assert actions == ["continue", "continue", "continue", "keep"]
 
 
-def test_blocks_for_changes_that_need_a_reboot() -> None:
-    test = SequentialTest(higher_is_better=False, interleave=False, min_runs=3, max_runs=5)
-    order = []
-    while test.decide().action == "continue":
-        order.append(test.next_arm())
-        test.add(order[-1], "s", 1.0 + 0.01 * len(order) if order[-1] == "A" else 1.0)
-    assert order[:3] == ["A", "A", "A"] and set(order[3:]) == {"B"}
-    assert 3 <= test.runs("B") <= 5
+def test_blocks_measure_at_least_block_runs_of_baseline() -> None:
+    for min_runs, baseline in ((2, BLOCK_RUNS), (4, 4)):
+        test = SequentialTest(higher_is_better=False, interleave=False, min_runs=min_runs,
+                              max_runs=5)
+        order = []
+        while test.decide().action == "continue":
+            order.append(test.next_arm())
+            test.add(order[-1], "s", 1.0 + 0.01 * len(order) if order[-1] == "A" else 1.0)
+        assert order[:baseline] == ["A"] * baseline and set(order[baseline:]) == {"B"}
+        assert min_runs <= test.runs("B") <= 5
 
 
 def test_sequential_stops_early_on_big_effect() -> None:
     test = SequentialTest(higher_is_better=False)
     action, pairs = feed(test, [1.00, 1.01, 0.99] * 2, [0.80, 0.81, 0.79] * 2)
-    assert (action, pairs) == ("keep", 3)
+    assert (action, pairs) == ("keep", 2)
 
 
 def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
     test = SequentialTest(higher_is_better=False, max_runs=6)
     base = [1.00, 1.06, 0.94, 1.03, 0.97, 1.00]
-    cand = [0.98, 1.04, 0.92, 1.01, 0.95, 0.98]
+    cand = [0.97, 1.01, 0.90, 0.99, 0.93, 0.96]
     action, pairs = feed(test, base, cand)
     assert (action, pairs) == ("restore", 6)
     assert "inconclusive after 6+6 runs" in test.decide().reason
+
+
+def test_sequential_restores_early_when_a_keep_is_out_of_reach() -> None:
+    """+1 % with 0.4 % noise cannot be shown beyond +1 % by 6 runs: no need to run them all."""
+    base = [1.000, 1.005, 0.995, 1.004, 0.996, 1.000]
+    cand = [b - 0.010 for b in base]
+    action, pairs = feed(SequentialTest(higher_is_better=False), base, cand)
+    assert action == "restore" and pairs < 6
+    decision = SequentialTest(higher_is_better=False)
+    feed(decision, base, cand)
+    assert "a keep is out of reach" in decision.decide().reason
+    # three times that gain is kept
+    assert feed(SequentialTest(higher_is_better=False), base,
+                [b - 0.030 for b in base])[0] == "keep"
 
 
 def test_sequential_look_confidence_is_bonferroni() -> None:
@@ -237,6 +254,22 @@ def test_tail_credit_keeps_a_layer_that_removes_stalls() -> None:
     have = test.decide()
     assert have.action == "keep"
     assert "credited for the tail" in have.comparisons[0].note
+
+
+def test_a_promising_tail_drop_is_measured_on_instead_of_restored() -> None:
+    """2 stalls per 100 steps removed, medians equal: at 2 pairs the drop is suggestive only
+    (the medians alone would restore as equivalent), at 3 pairs it is credited."""
+    test = SequentialTest(higher_is_better=False)
+    actions = []
+    for j in [0.0, 0.004, -0.004, 0.002]:
+        a, b = [s + j for s in steps(2)], [s + j for s in steps(0)]
+        for arm, run in (("A", a), ("B", b)):
+            test.add(arm, "s", sorted(run)[50], steps=run)
+        actions.append(test.decide().action)
+        if actions[-1] != "continue":
+            break
+    assert actions == ["continue", "continue", "keep"]
+    assert "credited for the tail" in test.decide().comparisons[0].note
 
 
 def test_tail_credit_refused_when_median_worse() -> None:

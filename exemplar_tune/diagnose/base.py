@@ -1,9 +1,10 @@
 """What a diagnosis returns: findings on one captured file, and the error for unusable input.
 
-A :class:`Finding` names the layer and the check it bears on (the same ``<layer>.<name>`` ids
-the preflight checks use), a status, a one-line message, the evidence (file and line numbers,
-and the column when the value came from a table) and the numbers behind it. A :class:`Report`
-is one file: its kind, a summary of what was parsed and its findings.
+A :class:`Finding` names the layer and the check it bears on: a preflight check's id, or one of
+:data:`SIGNAL_CHECKS` where only a captured signal can judge (there is no host fact). It has a
+status, a one-line message, the evidence (file and line numbers, and the column when the value
+came from a table) and the numbers behind it. A :class:`Report` is one file: its kind, a
+summary of what was parsed and its findings.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
+from exemplar_tune.checks import CHECKS
+
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 STATUSES = (PASS, WARN, FAIL, INFO)
 KINDS_TEXT = "turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log"
+SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
+    "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
+    "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",
+}
 
 
 class DiagnoseError(ValueError):
@@ -37,6 +44,8 @@ class Finding:
     def __post_init__(self) -> None:
         if self.layer not in LAYER_NAMES or not self.check_id.startswith(f"{self.layer}."):
             raise ValueError(f"finding {self.check_id}: bad layer {self.layer!r}")
+        if self.check_id not in SIGNAL_CHECKS and all(c.id != self.check_id for c in CHECKS):
+            raise ValueError(f"finding {self.check_id}: not a preflight check nor a signal check")
         if self.status not in STATUSES:
             raise ValueError(f"finding {self.check_id}: bad status {self.status!r}")
 
