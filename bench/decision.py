@@ -12,9 +12,9 @@ on the same data.
 Methods:
 
 * ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (2..6 runs per arm,
-  keep on 95 % Bonferroni-split over the looks, early restore on 50 %, 1 % noise band, tail
-  credit); ``--min-runs``, ``--max-runs``, ``--stop-confidence`` and ``--min-effect`` override
-  them.
+  keep on 95 % Bonferroni-split over the looks, early restore on 80 %, curtailment, 1 %
+  noise band, tail credit); ``--min-runs``, ``--max-runs``, ``--stop-confidence`` and
+  ``--min-effect`` override them.
 * ``welch``: fixed 5+5 runs, Welch t-test at alpha 0.05 (two-sided); keep when significant
   and in the good direction.
 * ``keentune``: our reading of KeenTune's fixed protocol (``BASELINE_BENCH_ROUND=5``,
@@ -39,7 +39,8 @@ mean runs <= 60 % of the 12-run protocol (over all cells of the grid).
 ``--power`` prints, per effect and cv, the runs per arm a fixed-size test needs to keep a true
 effect with 95 % power when it must show the effect beyond the minimum effect at one-sided
 5 % (normal approximation, a lower bound for sequential designs, which pay for their looks):
-``n = 2 (cv (z_0.95 + z_0.95) / (e - min_effect))^2``.
+``n = 2 (cv (z_0.95 + z_0.95) / (e - min_effect))^2``, at least 2 (a spread needs two runs);
+"never" where the effect does not exceed the minimum effect.
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ def power_table(min_effect: float) -> list[str]:
              f"{'effect':>7} " + " ".join(f"{f'cv {cv:.1%}':>9}" for cv in CVS)]
     for effect in (e for e in EFFECTS if e >= KEEP_AT - 1e-12):
         needs = (runs_for_power(effect, cv, min_effect) for cv in CVS)
-        lines.append(f"{effect:+7.0%} " + " ".join(f"{math.ceil(n):>9}" for n in needs))
+        lines.append(f"{effect:+7.0%} " + " ".join(
+            f"{'never' if math.isinf(n) else max(2, math.ceil(n)):>9}" for n in needs))
     return lines
 
 

@@ -179,8 +179,9 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
                                            "the loop stops here") if reboot else ""))
     names = ", ".join(s.name for s in specs)
     canary = f"; first on {args.canary} canary host(s)" if args.canary else ""
+    per_layer = max(block_runs(args.min_runs), args.max_runs) + args.max_runs
     print(f"  benchmarks: {names}; per changed layer {args.min_runs}-{args.max_runs} runs per "
-          f"arm{canary}; at most {2 * args.max_runs * len(specs) * changing} benchmark runs "
+          f"arm{canary}; at most {per_layer * len(specs) * changing} benchmark runs "
           f"in all, plus {block_runs(args.min_runs) * len(specs)} for the final measurement")
     return EXIT_OK
 

@@ -161,9 +161,10 @@ class LayerLoop:
                               min_runs=self.options.min_runs, max_runs=self.options.max_runs,
                               interleave=not scope.reboot)
         where = f" on canary {', '.join(scope.hosts)}" if scope.rest else ""
-        self.options.progress(f"{scope.layer}: measuring{where} ("
-                              f"{'blocks, reboot' if scope.reboot else 'A/B interleaved'}; "
-                              f"{self.options.min_runs}-{self.options.max_runs} runs per arm)")
+        runs = f"{self.options.min_runs}-{self.options.max_runs}"
+        plan = (f"blocks, reboot; {block_runs(self.options.min_runs)} baseline runs, then {runs} "
+                "candidate runs" if scope.reboot else f"A/B interleaved; {runs} runs per arm")
+        self.options.progress(f"{scope.layer}: measuring{where} ({plan})")
         while True:
             arm = test.next_arm()
             self._set_arm(scope, arm)
@@ -349,7 +350,7 @@ def _names(result: dict[str, Any]) -> str:
 def _progress_line(layer: str, arm: str, index: int, test: SequentialTest,
                    decision: Any) -> str:
     """``cpu: candidate run 3/6, moe -4.1 % [-5.0, -3.2] ...`` after each run."""
-    text = f"{layer}: {ARM_NAMES[arm]} run {index + 1}/{test.max_runs}"
+    text = f"{layer}: {ARM_NAMES[arm]} run {index + 1}/{test.arm_limit(arm)}"
     estimates = [f"{c.shape} {c.rel_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"
                  for c in decision.comparisons]
     return text + (", " + "; ".join(estimates) if estimates else "")

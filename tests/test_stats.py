@@ -146,15 +146,25 @@ def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
 def test_sequential_restores_early_when_a_keep_is_out_of_reach() -> None:
     """+1 % with 0.4 % noise cannot be shown beyond +1 % by 6 runs: no need to run them all."""
     base = [1.000, 1.005, 0.995, 1.004, 0.996, 1.000]
-    cand = [b - 0.010 for b in base]
-    action, pairs = feed(SequentialTest(higher_is_better=False), base, cand)
+    test = SequentialTest(higher_is_better=False)
+    action, pairs = feed(test, base, [b - 0.010 for b in base])
     assert action == "restore" and pairs < 6
-    decision = SequentialTest(higher_is_better=False)
-    feed(decision, base, cand)
-    assert "a keep is out of reach" in decision.decide().reason
+    assert "a keep is out of reach" in test.decide().reason
     # three times that gain is kept
     assert feed(SequentialTest(higher_is_better=False), base,
                 [b - 0.030 for b in base])[0] == "keep"
+
+
+def test_blocks_curtail_against_the_fixed_baseline_block() -> None:
+    """In blocks the baseline does not grow: its spread alone puts +1.5 % out of reach."""
+    test = SequentialTest(higher_is_better=False, interleave=False)
+    for value in (1.00, 1.01, 0.99):
+        test.add("A", "s", value)
+    for value in (0.985, 0.985):
+        test.add("B", "s", value)
+    decision = test.decide()
+    assert decision.action == "restore" and "a keep is out of reach" in decision.reason
+    assert test.arm_limit("A") == BLOCK_RUNS and test.arm_limit("B") == test.max_runs
 
 
 def test_sequential_look_confidence_is_bonferroni() -> None:
@@ -270,6 +280,17 @@ def test_a_promising_tail_drop_is_measured_on_instead_of_restored() -> None:
             break
     assert actions == ["continue", "continue", "keep"]
     assert "credited for the tail" in test.decide().comparisons[0].note
+
+
+def test_no_waiting_for_a_tail_when_the_median_is_worse() -> None:
+    """Stalls removed but the median clearly 5 % slower: restored at the first look."""
+    test = SequentialTest(higher_is_better=False)
+    for j in [0.0, 0.004]:
+        a, b = [s + j for s in steps(4)], [s * 1.05 + j for s in steps(0)]
+        for arm, run in (("A", a), ("B", b)):
+            test.add(arm, "s", sorted(run)[50], steps=run)
+    decision = test.decide()
+    assert decision.action == "restore" and decision.reason.startswith("worse")
 
 
 def test_tail_credit_refused_when_median_worse() -> None:
