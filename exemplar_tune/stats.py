@@ -432,8 +432,8 @@ class SequentialTest:
 
     def _compare_shape(self, shape: str) -> Comparison:
         """Keep on the strict interval. Restore early on the looser ``stop_confidence`` or when
-        a keep is out of reach, unless the candidate's tail drop is significant at
-        ``stop_confidence`` (rule 6 may still credit it)."""
+        a keep is out of reach, unless the median is not ``worse`` and the candidate's tail drop
+        is significant at ``stop_confidence`` (rule 6 may still credit it)."""
         confidence = self.look_confidence
         comp = self._interval(shape, confidence)
         tails = self._tails(shape)
