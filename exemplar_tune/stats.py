@@ -399,7 +399,7 @@ class SequentialTest:
         """A B B A A B B A ... (interleaved pairs in ABBA order: linear drift cancels within
         every four runs, and the arms switch only every second run), or the blocks."""
         if not self.interleave:
-            return BASELINE if self.runs(BASELINE) < block_runs(self.min_runs) else CANDIDATE
+            return BASELINE if self.runs(BASELINE) < self.arm_limit(BASELINE) else CANDIDATE
         order = (BASELINE, CANDIDATE, CANDIDATE, BASELINE)
         return order[(self.runs(BASELINE) + self.runs(CANDIDATE)) % 4]
 
