@@ -11,10 +11,12 @@ on the same data.
 
 Methods:
 
-* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (2..6 runs per arm,
-  keep on 95 % Bonferroni-split over the looks, early restore on 80 %, curtailment, 1 %
-  noise band, tail credit); ``--min-runs``, ``--max-runs``, ``--stop-confidence`` and
-  ``--min-effect`` override them.
+* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (2..10 runs per arm,
+  keep when the 90 % interval lies beyond the 1 % minimum effect and the gain is clear of 0
+  at 90 % Bonferroni-split over the looks, early restore on 80 %, curtailment, tail credit);
+  ``--min-runs``, ``--max-runs``, ``--confidence``, ``--stop-confidence`` and
+  ``--min-effect`` override them. It draws further runs where it needs more than the fixed
+  protocols (from its own seeded stream, so theirs are unchanged).
 * ``welch``: fixed 5+5 runs, Welch t-test at alpha 0.05 (two-sided); keep when significant
   and in the good direction.
 * ``keentune``: our reading of KeenTune's fixed protocol (``BASELINE_BENCH_ROUND=5``,
@@ -51,6 +53,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exemplar_tune.stats import (  # noqa: E402
+    CONFIDENCE,
     MAX_RUNS,
     MIN_RUNS,
     STOP_CONFIDENCE,
@@ -91,15 +95,20 @@ def simulate_run(rng: random.Random, level: float, cv: float, stall: float) -> l
             + (rng.uniform(0.05, 0.10) if rng.random() < stall else 0.0) for _ in range(STEPS)]
 
 
-def ours(base: list[list[float]], cand: list[list[float]],
+def runs_of(rng: random.Random, drawn: list[list[float]], level: float, cv: float,
+            stall: float) -> Iterator[list[float]]:
+    """The runs already drawn, then fresh ones from ``rng`` for as long as they are asked for."""
+    yield from drawn
+    while True:
+        yield simulate_run(rng, level, cv, stall)
+
+
+def ours(base: Iterator[list[float]], cand: Iterator[list[float]],
          rule: dict[str, float] | None = None) -> tuple[bool, int]:
     """Run the sequential rule in its A B B A order, deciding after every run as the loop
-    does; return (kept, runs used).
-
-    ``rule`` overrides :class:`SequentialTest` parameters (``max_runs`` <= 6).
-    """
+    does; return (kept, runs used). ``rule`` overrides :class:`SequentialTest` parameters."""
     test = SequentialTest(higher_is_better=False, **(rule or {}))
-    arms = {"A": iter(base), "B": iter(cand)}
+    arms = {"A": base, "B": cand}
     while True:
         arm = test.next_arm()
         steps = next(arms[arm])
@@ -133,10 +142,12 @@ def run_cell(cell: Cell, trials: int, seed: int,
     rng = random.Random(f"{seed}:{cell}")
     cand_stall = 0.0 if cell.tail_only else cell.stall
     result = {m: [0, 0] for m in METHODS}
-    for _ in range(trials):
+    for trial in range(trials):
         base = [simulate_run(rng, 1.0, cell.cv, cell.stall) for _ in range(6)]
         cand = [simulate_run(rng, 1.0 - cell.effect, cell.cv, cand_stall) for _ in range(7)]
-        kept, runs = ours(base, cand, rule)
+        more = random.Random(f"{seed}:{cell}:{trial}")  # runs beyond those drawn, ours only
+        kept, runs = ours(runs_of(more, base, 1.0, cell.cv, cell.stall),
+                          runs_of(more, cand, 1.0 - cell.effect, cell.cv, cand_stall), rule)
         base_v, cand_v = [run_value(r) for r in base], [run_value(r) for r in cand]
         for method, k, n in (("ours", kept, runs), ("welch", welch(base_v, cand_v), 10),
                              ("keentune", keentune(base_v, cand_v), PROTOCOL_RUNS)):
@@ -239,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=250, help="trials per cell")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--min-runs", type=int, default=MIN_RUNS, choices=range(2, 7),
-                        help="our rule's runs per arm at the first look")
-    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, choices=range(2, 7),
-                        help="our rule's max runs per arm")
+    parser.add_argument("--min-runs", type=int, default=MIN_RUNS, choices=range(2, 21),
+                        metavar="2..20", help="our rule's runs per arm at the first look")
+    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, choices=range(2, 21),
+                        metavar="2..20", help="our rule's max runs per arm")
+    parser.add_argument("--confidence", type=float, default=CONFIDENCE,
+                        help="our rule's interval for a keep (the CLI's --confidence)")
     parser.add_argument("--stop-confidence", type=float, default=STOP_CONFIDENCE,
                         help="our rule's confidence for an early restore")
     parser.add_argument("--min-effect", type=float, default=0.01,
@@ -256,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_runs > args.max_runs:
         parser.error(f"--min-runs {args.min_runs} is above --max-runs {args.max_runs}")
     rule = {"min_runs": args.min_runs, "max_runs": args.max_runs,
-            "stop_confidence": args.stop_confidence, "min_effect": args.min_effect}
+            "stop_confidence": args.stop_confidence, "min_effect": args.min_effect,
+            "confidence": args.confidence}
     start = time.perf_counter()
     results = simulate(args.trials, args.seed, args.workers, rule=rule)
     print(f"{args.trials} trials per cell, seed {args.seed}, stall rates {STALL_RATES} pooled, "

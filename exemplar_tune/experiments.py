@@ -21,7 +21,7 @@ from exemplar_tune.profile import load_profile
 from exemplar_tune.remediate import _runner, run_playbook
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
-from exemplar_tune.stats import BLOCK_RUNS, MAX_RUNS, MIN_RUNS, block_runs
+from exemplar_tune.stats import BLOCK_RUNS, CONFIDENCE, MAX_RUNS, MIN_RUNS, block_runs
 from exemplar_tune.tune import LayerLoop, LoopOptions
 
 
@@ -29,6 +29,10 @@ def add_loop_options(cmd: argparse.ArgumentParser) -> None:
     """Options of the measured loop (shared by ``tune`` and ``apply --bench``)."""
     cmd.add_argument("--min-effect", type=float, default=0.01, metavar="FRACTION",
                      help="smallest relative improvement worth keeping (default 0.01 = 1 %%)")
+    cmd.add_argument("--confidence", type=float, default=CONFIDENCE, metavar="FRACTION",
+                     help=f"interval that must lie beyond --min-effect for a keep (default "
+                     f"{CONFIDENCE}: one-sided 95 %% bounds); the gain must also be clear of 0 "
+                     "at this confidence split over the looks")
     cmd.add_argument("--min-runs", type=int, default=MIN_RUNS,
                      help=f"runs per arm before the first decision (default {MIN_RUNS}; a "
                      f"baseline before a reboot has at least {BLOCK_RUNS})")
@@ -50,18 +54,24 @@ def target_key(target: dict[str, Any]) -> str:
 
 def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> int:
     """Walk ``layers`` in preflight order through the measured loop; print the summary."""
-    profile = load_profile(args.profile)
-    specs = load_benchmarks(args.bench)
     if args.canary < 0:
         raise UserError(f"--canary {args.canary}: a number of hosts, 0 for none")
+    if not 0 <= args.min_effect < 1:
+        raise UserError(f"--min-effect {args.min_effect}: a fraction from 0 to below 1, e.g. "
+                        "0.01 for 1 %")
+    if not 0 < args.confidence < 1:
+        raise UserError(f"--confidence {args.confidence}: a fraction between 0 and 1, e.g. 0.9")
     if not 2 <= args.min_runs <= args.max_runs:
         raise UserError(f"--min-runs {args.min_runs} --max-runs {args.max_runs}: need "
                         "2 <= min-runs <= max-runs")
+    profile = load_profile(args.profile)
+    specs = load_benchmarks(args.bench)
     if getattr(args, "dry_run", False):
         return _dry_run(args, profile, specs, layers)
     target = {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
     options = {"bench": str(Path(args.bench).resolve()), "layers": layers,
                "profile": _profile_ref(args.profile), "min_effect": args.min_effect,
+               "confidence": args.confidence,
                "min_runs": args.min_runs, "max_runs": args.max_runs,
                "allow_reboot": args.allow_reboot, "canary": args.canary,
                "forks": args.forks, "timeout": args.timeout}
@@ -90,6 +100,7 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
           specs: list[Any], layers: list[tuple[str, bool]]) -> int:
     """Measure ``layers`` (name, measured before) in order; stop at a layer that must wait."""
     options = LoopOptions(min_effect=args.min_effect, min_runs=args.min_runs,
+                          confidence=getattr(args, "confidence", CONFIDENCE),  # older ledgers
                           max_runs=args.max_runs, allow_reboot=args.allow_reboot,
                           canary=args.canary, log_dir=state_dir() / "logs" / experiment)
     loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)

@@ -37,7 +37,15 @@ from exemplar_tune.checks.run import run_checks
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.remediate import host_records, run_playbook
-from exemplar_tune.stats import BASELINE, CANDIDATE, MAX_RUNS, MIN_RUNS, SequentialTest, block_runs
+from exemplar_tune.stats import (
+    BASELINE,
+    CANDIDATE,
+    CONFIDENCE,
+    MAX_RUNS,
+    MIN_RUNS,
+    SequentialTest,
+    block_runs,
+)
 
 HOSTS_VARIABLE = "EXEMPLAR_TUNE_HOSTS"
 
@@ -47,7 +55,7 @@ class LoopOptions:
     """How the loop measures and decides."""
 
     min_effect: float = 0.01
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
     min_runs: int = MIN_RUNS
     max_runs: int = MAX_RUNS
     allow_reboot: bool = False

@@ -51,6 +51,11 @@ def test_table_format_shows_layers_and_sources():
     (["facts", "--layer", "disk"], "unknown layer 'disk'; choose from gpu, vm, cpu"),
     (["facts", "--sysroot", "/nonexistent/x.tar.gz"], "no such file or directory"),
     (["snapshot", "-o", "out.zip"], "must end in .tar.gz or .tgz"),
+    (["tune", "--bench", "b.yaml", "--confidence", "1.5"], "--confidence 1.5: a fraction"),
+    (["apply", "--layer", "cpu", "--bench", "b.yaml", "--min-effect", "-0.01"],
+     "--min-effect -0.01: a fraction"),
+    (["tune", "--bench", "b.yaml", "--min-runs", "4", "--max-runs", "3"],
+     "need 2 <= min-runs <= max-runs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     out = cli(*args, cwd=tmp_path)

@@ -134,6 +134,23 @@ def test_sequential_stops_early_on_big_effect() -> None:
     assert (action, pairs) == ("keep", 2)
 
 
+def test_a_keep_waits_until_the_gain_is_clear_of_zero() -> None:
+    """+4.5 % +- 0.7 % from 2 runs per arm clears +1 % on the 90 % interval but not 0 on the
+    interval split over the looks; one more pair shows it."""
+    test = SequentialTest(higher_is_better=False)
+    runs = {"A": iter([0.993, 1.007, 0.993]), "B": iter([0.948, 0.962, 0.948])}
+    actions = []
+    for _ in range(6):
+        arm = test.next_arm()
+        test.add(arm, "s", next(runs[arm]))
+        actions.append(test.decide())
+    first_look, second_look = actions[3], actions[5]
+    assert first_look.action == "continue"
+    assert first_look.comparisons[0].ci_low > test.min_effect
+    assert f"not yet clear of 0 at {test.look_confidence:.2%}" in first_look.reason
+    assert second_look.action == "keep"
+
+
 def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
     test = SequentialTest(higher_is_better=False, max_runs=6)
     base = [1.00, 1.06, 0.94, 1.03, 0.97, 1.00]
@@ -144,11 +161,11 @@ def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
 
 
 def test_sequential_restores_early_when_a_keep_is_out_of_reach() -> None:
-    """+1 % with 0.4 % noise cannot be shown beyond +1 % by 6 runs: no need to run them all."""
-    base = [1.000, 1.005, 0.995, 1.004, 0.996, 1.000]
+    """+1 % with 0.4 % noise cannot be shown beyond +1 % by max_runs: no need to run them all."""
+    base = [1.000, 1.005, 0.995, 1.004, 0.996, 1.000, 1.003, 0.997, 1.002, 0.998]
     test = SequentialTest(higher_is_better=False)
     action, pairs = feed(test, base, [b - 0.010 for b in base])
-    assert action == "restore" and pairs < 6
+    assert action == "restore" and pairs < test.max_runs == len(base)
     assert "a keep is out of reach" in test.decide().reason
     # three times that gain is kept
     assert feed(SequentialTest(higher_is_better=False), base,
@@ -156,11 +173,11 @@ def test_sequential_restores_early_when_a_keep_is_out_of_reach() -> None:
 
 
 def test_blocks_curtail_against_the_fixed_baseline_block() -> None:
-    """In blocks the baseline does not grow: its spread alone puts +1.5 % out of reach."""
+    """In blocks the baseline does not grow: its spread alone puts +1 % out of reach."""
     test = SequentialTest(higher_is_better=False, interleave=False)
     for value in (1.00, 1.01, 0.99):
         test.add("A", "s", value)
-    for value in (0.985, 0.985):
+    for value in (0.99, 0.99):
         test.add("B", "s", value)
     decision = test.decide()
     assert decision.action == "restore" and "a keep is out of reach" in decision.reason

@@ -117,8 +117,8 @@ def test_dry_run_changes_nothing(setup):
               "--bench", str(bench), "--layer", "fabric", "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "fabric: node01 (nccl_conf)" in out.stdout
-    # one shape, one changing layer: 6 + 6 runs at most (a reboot layer: 3 + 6), 3 final runs
-    assert "at most 12 benchmark runs in all, plus 3 for the final measurement" in out.stdout
+    # one shape, one changing layer: 10 + 10 runs at most (a reboot layer: 3 + 10), 3 final
+    assert "at most 20 benchmark runs in all, plus 3 for the final measurement" in out.stdout
     assert tree_hash(host) == before
 
 
