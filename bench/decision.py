@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.power:
         print("\n".join(power_table(args.min_effect)))
         return 0
+    if not 0 < args.confidence < 1 or not 0 < args.stop_confidence < 1:
+        parser.error("--confidence and --stop-confidence are fractions between 0 and 1")
     if args.min_runs > args.max_runs:
         parser.error(f"--min-runs {args.min_runs} is above --max-runs {args.max_runs}")
     rule = {"min_runs": args.min_runs, "max_runs": args.max_runs,

@@ -100,7 +100,8 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
           specs: list[Any], layers: list[tuple[str, bool]]) -> int:
     """Measure ``layers`` (name, measured before) in order; stop at a layer that must wait."""
     options = LoopOptions(min_effect=args.min_effect, min_runs=args.min_runs,
-                          confidence=getattr(args, "confidence", CONFIDENCE),  # older ledgers
+                          # ledgers from before --confidence: today's default
+                          confidence=getattr(args, "confidence", CONFIDENCE),
                           max_runs=args.max_runs, allow_reboot=args.allow_reboot,
                           canary=args.canary, log_dir=state_dir() / "logs" / experiment)
     loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)

@@ -357,7 +357,7 @@ def _names(result: dict[str, Any]) -> str:
 
 def _progress_line(layer: str, arm: str, index: int, test: SequentialTest,
                    decision: Any) -> str:
-    """``cpu: candidate run 3/6, moe -4.1 % [-5.0, -3.2] ...`` after each run."""
+    """``cpu: candidate run 3/10, moe -4.1 % [-5.0, -3.2] ...`` after each run."""
     text = f"{layer}: {ARM_NAMES[arm]} run {index + 1}/{test.arm_limit(arm)}"
     estimates = [f"{c.shape} {c.rel_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"
                  for c in decision.comparisons]

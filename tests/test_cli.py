@@ -52,6 +52,8 @@ def test_table_format_shows_layers_and_sources():
     (["facts", "--sysroot", "/nonexistent/x.tar.gz"], "no such file or directory"),
     (["snapshot", "-o", "out.zip"], "must end in .tar.gz or .tgz"),
     (["tune", "--bench", "b.yaml", "--confidence", "1.5"], "--confidence 1.5: a fraction"),
+    (["tune", "--bench", "b.yaml", "--confidence", "0"], "--confidence 0.0: a fraction"),
+    (["tune", "--bench", "b.yaml", "--confidence", "nan"], "--confidence nan: a fraction"),
     (["apply", "--layer", "cpu", "--bench", "b.yaml", "--min-effect", "-0.01"],
      "--min-effect -0.01: a fraction"),
     (["tune", "--bench", "b.yaml", "--min-runs", "4", "--max-runs", "3"],

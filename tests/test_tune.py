@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -45,9 +46,10 @@ def bench_file(tmp_path, host, fabric="cx8", penalty=0.02, command=None):
     return path
 
 
-def apply_measured(tmp_path, host, bench):
+def apply_measured(tmp_path, host, bench, *options):
     return cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile",
-               str(tmp_path / "profile.yaml"), "--bench", str(bench), "--max-runs", "5")
+               str(tmp_path / "profile.yaml"), "--bench", str(bench), "--max-runs", "5",
+               *options)
 
 
 def show(experiment):
@@ -56,14 +58,16 @@ def show(experiment):
 
 def test_a_helpful_layer_is_kept(setup):
     tmp_path, host = setup
-    out = apply_measured(tmp_path, host, bench_file(tmp_path, host))
+    out = apply_measured(tmp_path, host, bench_file(tmp_path, host), "--confidence", "0.95")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "fabric   KEEP" in out.stdout
     assert "NCCL_IB_QPS_PER_CONNECTION=4" in (host / "etc/nccl.conf").read_text()
     doc = show("latest")
+    assert doc["experiment"]["options"]["confidence"] == 0.95
     decision = doc["decisions"][0]
     assert decision["action"] == "keep"
     assert decision["comparisons"][0]["ci_low"] > 0.01
+    assert decision["comparisons"][0]["confidence"] == 0.95
     arms = {s["arm"] for s in doc["samples"]}
     assert arms == {"baseline", "candidate"}
 
@@ -164,10 +168,15 @@ def test_a_killed_controller_is_reported_and_rolled_back(setup):
 
 
 def test_a_killed_controller_is_resumed(setup):
-    """``resume`` restores the interrupted layer, measures it again and decides."""
+    """``resume`` restores the interrupted layer, measures it again and decides, even for an
+    experiment recorded before ``--confidence`` existed (its options lack it)."""
     tmp_path, host = setup
     bench_file(tmp_path, host)
     kill_during_candidate_run(tmp_path, host)
+    with sqlite3.connect(tmp_path / "state" / "ledger.sqlite3") as db:
+        (options,) = db.execute("SELECT options_json FROM experiments").fetchone()
+        older = {k: v for k, v in json.loads(options).items() if k != "confidence"}
+        db.execute("UPDATE experiments SET options_json = ?", (json.dumps(older),))
     out = cli("resume")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "resumed" in out.stdout and "fabric: restoring what the interrupted run" in out.stderr
