@@ -100,8 +100,7 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
           specs: list[Any], layers: list[tuple[str, bool]]) -> int:
     """Measure ``layers`` (name, measured before) in order; stop at a layer that must wait."""
     options = LoopOptions(min_effect=args.min_effect, min_runs=args.min_runs,
-                          # ledgers from before --confidence: today's default
-                          confidence=getattr(args, "confidence", CONFIDENCE),
+                          confidence=args.confidence,
                           max_runs=args.max_runs, allow_reboot=args.allow_reboot,
                           canary=args.canary, log_dir=state_dir() / "logs" / experiment)
     loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)
@@ -212,6 +211,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             raise UserError(f"experiment {experiment} was recorded without its loop options; "
                             f"use 'exemplar-tune rollback --run {experiment}'")
         allow_reboot = args.allow_reboot
+        options = {"confidence": CONFIDENCE, **options}  # recorded before --confidence
         args = argparse.Namespace(**target, **options, ledger=args.ledger)
         args.bench = Path(options["bench"])
         args.allow_reboot = args.allow_reboot or bool(allow_reboot)
