@@ -56,12 +56,15 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
 
 
 def _module_results(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each module result, with the items of loop tasks taken one by one."""
+    """Each module result, with the items of loop tasks and the knobs of a layer module
+    result (``exemplar.tune.layer``) taken one by one."""
     found = []
     for task in tasks:
         res = task["result"]
         found += res["results"] if isinstance(res.get("results"), list) else [res]
-    return [r for r in found if isinstance(r, dict)]
+    found = [r for r in found if isinstance(r, dict)]
+    return [k for r in found for k in (r["knobs"] if isinstance(r.get("knobs"), list) else [r])
+            if isinstance(k, dict)]
 
 
 def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def test_failure_half_way_puts_back_what_was_changed(host):
 
 def test_verify_catches_a_value_the_kernel_did_not_take(host, monkeypatch):
     root, journal = Sysroot(str(host)), Journal(Sysroot(str(host)), "r3")
-    monkeypatch.setattr(Sysroot, "write_attr", lambda self, rel, value: None)
+    monkeypatch.setattr(Sysroot, "write_attr", lambda self, rel, value, exact=False: None)
     with pytest.raises(ApplyFailed, match="read back '1' after writing"):
         apply_changes(root, [AttrChange("sys/devices/system/cpu/cpu0/cpuidle/state3/disable",
                                         "0")], journal, "cpu", "k", check_mode=False)

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.modules.tuned_profile import parse_tuned_adm_active
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned import parse_tuned_adm_active
 
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from tests.conftest import REPO
@@ -100,7 +100,9 @@ def test_apply_fixes_every_knob(host):
     assert cpu["tuned"]["active_profiles"] == [CHILD]
     assert cpu["tuned"]["force_latency_us"] is None
     rule = (host / "etc/udev/rules.d/90-exemplar-cstates.rules").read_text()
-    assert 'ACTION=="add|online", SUBSYSTEM=="cpu"' in rule and "in C6) echo 0 >" in rule
+    assert 'ACTION=="add|online", SUBSYSTEM=="cpu"' in rule
+    assert 'ATTR{cpuidle/state3/name}=="C6", ATTR{cpuidle/state3/disable}="0"' in rule
+    assert "RUN" not in rule and "/bin/sh" not in rule  # udev writes it: no program, no shell
 
 
 def test_confining_a_slice_that_holds_slurm_jobs_is_refused(host):
@@ -111,7 +113,7 @@ def test_confining_a_slice_that_holds_slurm_jobs_is_refused(host):
     result = outcome.hosts["localhost"]
     assert result.status == "failed"
     failed = [t["result"] for t in result.tasks if t["status"] == "failed"][0]
-    assert "system.slice hold Slurm job cgroups" in failed["msg"]
+    assert failed["msg"].startswith("cpu.housekeeping: system.slice: hold Slurm job cgroups")
     assert tree_hash(host) == before
 
 
@@ -175,23 +177,27 @@ def test_failed_cstate_write_puts_back_the_cpus_already_changed(host):
         outcome = _apply(host)
         result = outcome.hosts["localhost"]
         assert result.status == "failed"
-        assert result.tasks[-1]["task"].startswith("Enable the wanted idle states")
-        assert "/sys/devices/system/cpu/cpu5/cpuidle/state3/disable" in result.message
+        assert result.tasks[-1]["task"].startswith("Apply the cpu layer's knobs")
+        assert result.message.startswith(
+            "cpu.deep_cstates: /sys/devices/system/cpu/cpu5/cpuidle/state3/disable: ")
         assert "everything this step changed was restored" in result.message
     assert _files(host) == before
 
 
 def test_failed_tuned_switch_puts_back_the_active_profile(host):
-    """The second file of the switch cannot be written: the first one is put back."""
+    """The second file of the switch cannot be written: the whole layer is put back (the
+    idle states and the udev rule applied before it included), owners and modes too."""
     mode = host / "etc/tuned/profile_mode"
     mode.unlink()
     mode.mkdir()
+    before, dirs = _files(host), _dirs(host)
     outcome = _apply(host)
     result = outcome.hosts["localhost"]
     assert result.status == "failed"
-    assert result.tasks[-1]["task"] == "Make the child profile the active one (tuned keeps running)"
-    assert result.message.startswith("/etc/tuned/profile_mode: ")
+    assert result.message.startswith("cpu.tuned_profile: /etc/tuned/profile_mode: ")
+    assert "everything this step changed was restored" in result.message
     assert (host / "etc/tuned/active_profile").read_text() == "accelerator-performance\n"
+    assert _files(host) == before and _dirs(host) == dirs
 
 
 def test_knob_switch_of_the_wrong_type_fails_in_one_line(host):

@@ -24,9 +24,9 @@ from tests.helpers import copy_sysroot, tree_hash
 CAPTURED = ".exemplar/commands/nvidia-smi-q-x.xml"
 GRUB = "etc/default/grub"
 JOURNAL = "var/lib/exemplar-tune"
-GPU_TASK = "Set GPU persistence mode as the profile says"
-CMDQV_TASK = "Remove the kernel arguments that turn CMDQV off (next boot)"
-IOMMU_TASK = "Set the IOMMU default domain on the kernel command line (next boot)"
+GPU_TASK = "gpu.persistence_mode"
+CMDQV_TASK = "vm.cmdqv_params"
+IOMMU_TASK = "vm.iommu_passthrough"
 REPORT_TASK = "Record the reboot and the manual hypervisor actions this layer needs"
 GB200_CMDLINE = "console=ttyAMA0 earlycon init_on_alloc=0"
 
@@ -39,8 +39,22 @@ def _run(layer, root, profile, check=False, run_id="r1", playbook="apply.yml", *
     return outcome.hosts["localhost"]
 
 
+def _knobs(host):
+    """Every knob result of the layer module's task, by ``layer.knob``."""
+    return {f"{k['layer']}.{k['knob']}": k for t in host.tasks
+            for k in t["result"].get("knobs") or []}
+
+
 def _changed(host):
-    return [t["task"] for t in host.tasks if t["status"] == "changed"]
+    return [name for name, knob in _knobs(host).items() if knob["changed"]]
+
+
+def _knob(host, name):
+    return _knobs(host)[name]
+
+
+def _layer_result(host):
+    return next(t["result"] for t in host.tasks if "knobs" in t["result"])
 
 
 def _task(host, name):
@@ -92,9 +106,8 @@ def test_gpu_apply_enables_persistence_in_the_captured_report(h100):
     host = _run("gpu", h100, GPU_PROFILE)
     assert host.status == "ok", host.message
     assert _changed(host) == [GPU_TASK]
-    result = _task(host, GPU_TASK)["result"]
+    result = _knob(host, GPU_TASK)
     assert result["journal_entries"] == [{"seq": 1, "kind": "file", "path": "/" + CAPTURED}]
-    assert {g["bdf"]: g["before"] for g in result["gpus"]}["00000000:C2:00.0"] == "Disabled"
     assert result["reboot_required"] is False
     assert set(_persistence(h100).values()) == {True}
     # Only the one <persistence_mode> text changed; every other byte is kept.
@@ -109,7 +122,7 @@ def test_gpu_second_apply_changes_nothing(h100):
     again = _run("gpu", h100, GPU_PROFILE)
     assert again.status == "ok", again.message
     assert _changed(again) == []
-    assert _task(again, GPU_TASK)["result"]["journal_entries"] == []
+    assert _knob(again, GPU_TASK)["journal_entries"] == []
 
 
 def test_gpu_check_mode_reports_and_writes_nothing(h100):
@@ -117,7 +130,7 @@ def test_gpu_check_mode_reports_and_writes_nothing(h100):
     host = _run("gpu", h100, GPU_PROFILE, check=True)
     assert host.status == "ok", host.message
     assert _changed(host) == [GPU_TASK]
-    assert _task(host, GPU_TASK)["result"]["journal"] is None
+    assert _layer_result(host)["journal"] is None
     assert tree_hash(h100) == pristine
     assert not (h100 / JOURNAL).exists()
 
@@ -147,7 +160,8 @@ def test_gpu_selected_gpus_only(tmp_path):
 def test_gpu_unknown_address_fails_in_one_line(h100):
     host = _run("gpu", h100, GPU_PROFILE, gpu_persistence_gpus=["0000:a5:00.0"])
     assert host.status == "failed"
-    assert host.message.startswith("GPU 00000000:A5:00.0: not listed by nvidia-smi (GPUs: ")
+    assert host.message.startswith(
+        "gpu.persistence_mode: GPU 00000000:A5:00.0: not listed by nvidia-smi (GPUs: ")
     assert not (h100 / JOURNAL).exists()
 
 
@@ -155,7 +169,7 @@ def test_gpu_profile_without_persistence_skips_the_knob(h100):
     pristine = tree_hash(h100)
     host = _run("gpu", h100, {"name": "t", "gpu": {"count": 8}})
     assert host.status == "ok", host.message
-    assert _task(host, GPU_TASK)["status"] == "skipped"
+    assert GPU_TASK not in _changed(host)
     assert tree_hash(h100) == pristine
 
 
@@ -176,7 +190,7 @@ def test_gpu_live_without_nvidia_smi_fails_with_one_line():
 def test_gpu_role_on_a_live_host_without_gpu_does_nothing():
     host = _run("gpu", None, GPU_PROFILE, check=True)
     assert host.status == "ok", host.message
-    assert _task(host, GPU_TASK)["status"] == "skipped"
+    assert GPU_TASK not in _changed(host)
 
 
 # -- vm ---------------------------------------------------------------------------------------
@@ -202,10 +216,12 @@ def test_vm_apply_edits_the_next_boot_arguments(gb200):
     assert _grub(gb200) == f"{GB200_CMDLINE} iommu.passthrough=1"
     assert _grub(gb200, "GRUB_CMDLINE_LINUX_DEFAULT") == ""
     for name in (CMDQV_TASK, IOMMU_TASK):
-        result = _task(host, name)["result"]
+        result = _knob(host, name)
         assert result["reboot_required"] is True
-        assert result["regenerated"] is None  # no bootloader command runs in a sysroot
-        assert [e["path"] for e in result["journal_entries"]] == ["/etc/default/grub"]
+        # no bootloader command is given for this sysroot: the rebuild is recorded, not run
+        assert [e["path"] for e in result["journal_entries"]] == [
+            "/etc/default/grub", "bootloader configuration"]
+        assert result["changes"][-1]["after"] == "update-grub  (recorded, not run here)\n"
     facts = _task(host, REPORT_TASK)["result"]["ansible_facts"]
     assert facts["vm_reboot_required"] is True
     # The running kernel is unchanged until the reboot: /proc/cmdline still says passthrough=0.
@@ -246,7 +262,7 @@ def test_vm_check_mode_reports_and_writes_nothing(gb200):
     host = _run("vm", gb200, VM_PROFILE, check=True)
     assert host.status == "ok", host.message
     assert _changed(host) == [CMDQV_TASK, IOMMU_TASK]
-    assert _task(host, IOMMU_TASK)["result"]["reboot_required"] is True
+    assert _knob(host, IOMMU_TASK)["reboot_required"] is True
     assert tree_hash(gb200) == pristine
     assert not (gb200 / JOURNAL).exists()
 
@@ -273,7 +289,7 @@ def test_vm_translated_domains_on_aarch64(gb200, domain, want):
     assert _changed(host) == [IOMMU_TASK]
     assert _grub(gb200) == want
     # require_cmdqv not set: no CMDQV knob, no hypervisor report.
-    assert _task(host, CMDQV_TASK)["status"] == "skipped"
+    assert CMDQV_TASK not in _changed(host)
     assert _task(host, REPORT_TASK)["result"]["ansible_facts"]["vm_manual_actions"] == []
 
 
@@ -296,8 +312,8 @@ def test_vm_profile_without_vm_settings_changes_nothing(gb200):
     pristine = tree_hash(gb200)
     host = _run("vm", gb200, {"name": "t"})
     assert host.status == "ok", host.message
-    assert _task(host, CMDQV_TASK)["status"] == "skipped"
-    assert _task(host, IOMMU_TASK)["status"] == "skipped"
+    assert CMDQV_TASK not in _changed(host)
+    assert IOMMU_TASK not in _changed(host)
     facts = _task(host, REPORT_TASK)["result"]["ansible_facts"]
     assert facts == {"vm_reboot_required": False, "vm_manual_actions": []}
     assert tree_hash(gb200) == pristine
@@ -307,6 +323,7 @@ def test_vm_unknown_domain_fails_before_any_change(gb200):
     pristine = tree_hash(gb200)
     host = _run("vm", gb200, {"name": "t", "vm": {"iommu_default_domain": "dma"}})
     assert host.status == "failed"
-    assert host.message == ("vm_iommu_default_domain=dma on architecture aarch64: known are "
-                            "identity, DMA, DMA-FQ on aarch64 and x86_64")
+    assert host.message == ("vm.iommu_passthrough: vm.iommu_default_domain: 'dma' on "
+                            "architecture aarch64: known are identity, DMA, DMA-FQ on aarch64 "
+                            "and x86_64")
     assert tree_hash(gb200) == pristine

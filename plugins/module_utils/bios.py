@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.redfish import (
     BmcConfig,
     RedfishClient,
@@ -204,3 +205,25 @@ def reset_system(client: RedfishClient, wanted: str = "auto") -> dict[str, Any]:
     reset_type = choose_reset_type(snapshot, reset_types(client, snapshot), wanted)
     client.post(snapshot.reset_target, {"ResetType": reset_type})
     return {"system": snapshot.system_uri, "reset_type": reset_type}
+
+
+def bmc_connector(bmc: BmcConfig | None):
+    """Opens the BMC a Redfish journal entry names, with ``bmc``'s credentials (or ``None``).
+
+    The journal lives on the host: an entry naming another BMC than the inventory's is refused,
+    so the credentials only ever go to the configured BMC.
+    """
+    def connect(entry: dict[str, Any]) -> BiosSettings | None:
+        if bmc is None:
+            return None
+        if bmc.with_address(entry["bmc"]).base_url != bmc.base_url:
+            raise HostStateError(entry["path"], f"the journal names BMC {entry['bmc']}, the "
+                                 f"inventory {bmc.base_url}: not restored (credentials are "
+                                 "only sent to the inventory's BMC)")
+        settings = BiosSettings(bmc)
+        if settings.system != entry["system"]:
+            raise HostStateError(entry["path"], f"the BMC now shows system {settings.system}, "
+                                 f"the journal recorded {entry['system']}: not restored")
+        return settings
+
+    return connect

@@ -16,6 +16,10 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change, FileChange
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
 SHELL_KEY = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
@@ -73,3 +77,18 @@ def edit_text(text: str, settings: dict[str, str | None], syntax: str) -> str:
                 lines[-1] += newline
             lines.append(new)
     return "".join(lines)
+
+
+def plan_env_file(root: Sysroot, path: str, settings: dict[str, str | None],
+                  syntax: str) -> list[Change]:
+    """``path`` with ``settings`` set (``None``: removed), every other byte kept."""
+    try:
+        current = root.read_bytes(path)
+    except NotSupported:
+        current = None
+    text = (current or b"").decode("utf-8", errors="surrogateescape")
+    new = edit_text(text, settings, syntax)
+    if current is None and not new:
+        return []
+    return [FileChange(path, new.encode("utf-8", errors="surrogateescape"),
+                       root.file_mode(path) or 0o644)]

@@ -8,8 +8,16 @@ here takes effect at the next boot only, so callers flag it ``reboot_required``.
 from __future__ import annotations
 
 import shlex
+import shutil
 
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    Change,
+    FileChange,
+    Regenerate,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text, line_key
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
 
@@ -51,3 +59,40 @@ def edit_grub(text: str, remove: list[str], add: dict[str, str | None]) -> str:
         if current is not None and wanted != current or current is None and wanted:
             settings[name] = wanted
     return edit_text(text, settings, "shell") if settings else text
+
+
+def bootloader_command(given: list[str] | None = None) -> list[str] | None:
+    """The command that rebuilds ``grub.cfg`` from the defaults: ``given``, else the one found."""
+    if given:
+        return list(given)
+    if shutil.which("update-grub"):
+        return ["update-grub"]
+    if shutil.which("grub2-mkconfig"):
+        return ["grub2-mkconfig", "-o", "/boot/grub2/grub.cfg"]
+    return None
+
+
+def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str | None],
+                 command: list[str] | None = None) -> list[Change]:
+    """Edit the kernel arguments in ``path``, then rebuild the bootloader configuration.
+
+    The rebuild is a journaled :class:`Regenerate` step, so restore reruns it once the
+    defaults file is back. It runs on a live host (``command``, else ``update-grub`` or
+    ``grub2-mkconfig``); in a sysroot only when ``command`` is given, otherwise it is recorded
+    as not run. A missing defaults file means nothing to remove (and is an error to add to).
+    """
+    try:
+        text = root.read_text(path, strip=False)
+    except NotSupported:
+        if not add:
+            return []
+        raise
+    new = edit_grub(text, remove, add)
+    argv = bootloader_command(command) if root.live else command
+    changes: list[Change] = [FileChange(path, new.encode(), root.file_mode(path) or 0o644)]
+    label = "bootloader configuration"
+    if argv:
+        changes.append(Regenerate(label, tuple(argv)))
+    else:
+        changes.append(Regenerate(label, ("update-grub",), run=False))
+    return changes

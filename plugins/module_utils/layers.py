@@ -1,8 +1,9 @@
-"""The layer registry: the single list of layers, in preflight order.
+"""The layer registry: the single list of layers, in preflight order, and their knobs.
 
 Everything that walks layers (the facts module, the CLI, the preflight and the tuning loop)
 reads :data:`LAYERS`; nothing else names them. Adding a layer is one entry here plus its
-gatherer (and, in later parts of the tool, its role and checks, registered by layer name).
+gatherer, its knobs (``knobs/<layer>.py``), its role and checks. Each knob is declared once in
+``knobs/<layer>.py`` and listed here by its layer (:attr:`Layer.knobs`, :data:`KNOBS`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils import (
     layer_vm,
     layer_workload,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import cpu as cpu_knobs
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import fabric as fabric_knobs
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import gpu as gpu_knobs
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import runtime as runtime_knobs
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import vm as vm_knobs
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
@@ -30,28 +37,35 @@ class Layer:
     title: str
     summary: str
     gather: Callable[..., dict[str, Any]]
-    has_role: bool = True  # roles/<name> applies and restores the layer's knobs
+    knobs: tuple[Knob, ...] = ()  # in the order they are planned and applied
     options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
+
+    @property
+    def has_role(self) -> bool:
+        """True when ``roles/<name>`` applies and restores the layer's knobs."""
+        return bool(self.knobs)
 
 
 LAYERS: tuple[Layer, ...] = (
     Layer("gpu", "GPU health", "count, model, driver, persistence, ECC, remapped rows, XIDs, "
-          "PCIe link, clock-event reasons", layer_gpu.gather),
+          "PCIe link, clock-event reasons", layer_gpu.gather, gpu_knobs.KNOBS),
     Layer("vm", "Grace/VM readiness", "virtualisation, arch, IOMMU/SMMU, CMDQV evidence",
-          layer_vm.gather),
+          layer_vm.gather, vm_knobs.KNOBS),
     Layer("cpu", "CPU power and placement", "C-states, PM-QoS, tuned, frequency policy, NUMA, "
           "cpusets, isolation, IRQs, BIOS C-state policy (BMC)", layer_cpu.gather,
-          options=("bmc",)),
+          cpu_knobs.KNOBS, options=("bmc",)),
     Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
-          "configuration (enroot, pyxis)", layer_runtime.gather),
+          "configuration (enroot, pyxis)", layer_runtime.gather, runtime_knobs.KNOBS),
     Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings",
-          layer_fabric.gather),
-    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather,
-          has_role=False),
+          layer_fabric.gather, fabric_knobs.KNOBS),
+    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather),
 )
 
 LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)
 ROLE_LAYERS: tuple[str, ...] = tuple(layer.name for layer in LAYERS if layer.has_role)
+KNOBS: dict[str, Knob] = {knob.id: knob for layer in LAYERS for knob in layer.knobs}
+# Journal scopes that are not layers: what the slurm_prolog role installs.
+JOURNAL_SCOPES: tuple[str, ...] = (*LAYER_NAMES, "slurm_prolog")
 
 
 class UnknownLayer(ValueError):
@@ -64,6 +78,13 @@ def get_layer(name: str) -> Layer:
         if layer.name == name:
             return layer
     raise UnknownLayer(f"unknown layer {name!r}; choose from {', '.join(LAYER_NAMES)}")
+
+
+def get_knob(knob_id: str) -> Knob:
+    """The knob ``layer.name``; ``KeyError`` (naming the valid ones) otherwise."""
+    if knob_id not in KNOBS:
+        raise KeyError(f"unknown knob {knob_id!r}; registered: {', '.join(KNOBS)}")
+    return KNOBS[knob_id]
 
 
 def select_layers(names: list[str] | None) -> list[Layer]:

@@ -190,16 +190,24 @@ class Sysroot:
 
     # -- writes (only the knob modules call these) ----------------------------------------
 
-    def write_bytes(self, rel: str, data: bytes, mode: int = 0o644) -> None:
-        """Replace a regular file atomically (temp file in the same directory, fsync, rename)."""
+    def write_bytes(self, rel: str, data: bytes, mode: int = 0o644,
+                    owner: tuple[int, int] | None = None) -> None:
+        """Replace a regular file atomically (temp file in the same directory, fsync, rename).
+
+        The file keeps the owner and group it had (``owner``, ``(uid, gid)``, sets them); a new
+        file belongs to the writing user.
+        """
         real = self.path(rel)
         os.makedirs(os.path.dirname(real), exist_ok=True)
+        owner = owner or self.file_owner(rel)
         handle, tmp = tempfile.mkstemp(prefix=".exemplar-", dir=os.path.dirname(real))
         try:
             with os.fdopen(handle, "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
+            if owner is not None and owner != (os.geteuid(), os.getegid()):
+                os.chown(tmp, *owner)
             os.chmod(tmp, mode)
             os.replace(tmp, real)
         except BaseException:
@@ -207,10 +215,14 @@ class Sysroot:
                 os.unlink(tmp)
             raise
 
-    def write_attr(self, rel: str, value: str) -> None:
-        """Write a kernel attribute (sysfs/procfs) in place, as ``echo value > file`` does."""
+    def write_attr(self, rel: str, value: str, exact: bool = False) -> None:
+        """Write a kernel attribute (sysfs/procfs) in place, as ``echo value > file`` does.
+
+        ``exact`` writes ``value`` as it is (restore: a value file without a final newline
+        stays without one).
+        """
         with open(self.path(rel), "w") as handle:
-            handle.write(value if value.endswith("\n") else value + "\n")
+            handle.write(value if exact or value.endswith("\n") else value + "\n")
 
     def remove(self, rel: str) -> None:
         """Remove a file; absent is fine."""
@@ -228,6 +240,14 @@ class Sysroot:
             return stat.S_IMODE(os.stat(self.path(rel)).st_mode)
         except OSError:
             return None
+
+    def file_owner(self, rel: str) -> tuple[int, int] | None:
+        """``(uid, gid)`` of a file, ``None`` when absent."""
+        try:
+            info = os.stat(self.path(rel))
+        except OSError:
+            return None
+        return info.st_uid, info.st_gid
 
     # -- commands --------------------------------------------------------------------------
 

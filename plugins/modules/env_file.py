@@ -56,9 +56,10 @@ changes:
   elements: dict
 """
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import FileChange
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
+from dataclasses import replace
+
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
     knob_module,
     run_knob,
@@ -77,17 +78,10 @@ def main() -> None:
     params = module.params
     settings = {str(k): None if v is None else str(v) for k, v in params["settings"].items()}
 
-    def plan(root: Sysroot) -> list[FileChange]:
-        try:
-            current = root.read_bytes(params["path"])
-        except NotSupported:
-            current = None
-        text = (current or b"").decode("utf-8", errors="surrogateescape")
-        new = edit_text(text, settings, params["syntax"])
-        if current is None and not new:
-            return []
+    def plan(root: Sysroot) -> list[Change]:
         mode = root.file_mode(params["path"]) or int(params["mode"], 8)
-        return [FileChange(params["path"], new.encode("utf-8", errors="surrogateescape"), mode)]
+        return [replace(c, mode=mode) for c in
+                plan_env_file(root, params["path"], settings, params["syntax"])]
 
     run_knob(module, plan)
 

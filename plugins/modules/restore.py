@@ -71,34 +71,12 @@ reboot_required:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.exemplar.tune.plugins.module_utils.bios import BiosSettings
+from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import restore_entries
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-
-
-def bmc_connector(bmc: BmcConfig | None):
-    """Opens the BMC a Redfish journal entry names, with ``bmc``'s credentials (or ``None``).
-
-    The journal lives on the host: an entry naming another BMC than the inventory's is refused,
-    so the credentials only ever go to the configured BMC.
-    """
-    def connect(entry: dict[str, Any]) -> BiosSettings | None:
-        if bmc is None:
-            return None
-        if bmc.with_address(entry["bmc"]).base_url != bmc.base_url:
-            raise HostStateError(entry["path"], f"the journal names BMC {entry['bmc']}, the "
-                                 f"inventory {bmc.base_url}: not restored (credentials are "
-                                 "only sent to the inventory's BMC)")
-        settings = BiosSettings(bmc)
-        if settings.system != entry["system"]:
-            raise HostStateError(entry["path"], f"the BMC now shows system {settings.system}, "
-                                 f"the journal recorded {entry['system']}: not restored")
-        return settings
-
-    return connect
 
 
 def _bios_staged(entries: list[dict[str, Any]], result: dict[str, Any]) -> bool:

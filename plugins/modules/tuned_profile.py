@@ -47,12 +47,10 @@ changes:
   elements: dict
 """
 
-import re
 
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     Change,
     CommandChange,
-    FileChange,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
@@ -62,41 +60,14 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
     knob_module,
     run_knob,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
     ACTIVE_PROFILE,
-    PROFILE_MODE,
     find_profile,
+    live_active,
     parse_active_profile,
+    sysroot_changes,
 )
-
-ACTIVE_LINE = re.compile(r"^Current active profile:\s*(.*?)\s*$", re.MULTILINE)
-
-
-def parse_tuned_adm_active(text: str) -> str | None:
-    """``tuned-adm active`` output -> the active profile(s); ``None`` when none is active."""
-    found = ACTIVE_LINE.search(text)
-    if found is None:
-        if "No current active profile" in text:
-            return None
-        raise ParseError("tuned-adm active", text, "no 'Current active profile:' line")
-    return " ".join(found.group(1).split()) or None
-
-
-def live_active() -> str | None:
-    """The active profile(s) of the running TuneD."""
-    out = run_command(["tuned-adm", "active"])
-    if out.rc != 0 and "No current active profile" not in out.stdout:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        raise NotSupported("tuned-adm active", f"exit {out.rc}: {lines[-1] if lines else ''}")
-    return parse_tuned_adm_active(out.stdout)
-
-
-def sysroot_changes(root: Sysroot, profile: str) -> list[Change]:
-    """The files ``tuned-adm profile`` writes, as the engine's file changes."""
-    return [FileChange(ACTIVE_PROFILE, f"{profile}\n".encode(),
-                       root.file_mode(ACTIVE_PROFILE) or 0o644),
-            FileChange(PROFILE_MODE, b"manual\n", root.file_mode(PROFILE_MODE) or 0o644)]
 
 
 def main() -> None:

@@ -1,0 +1,97 @@
+"""What a knob is: one registered setting of a layer, planned in Python.
+
+A knob declares, once: its layer and name, the keys of the profile's layer section it reads
+(its target), the role variables that override them, its own settings (paths, unit lists ...)
+with their defaults, whether it needs a reboot, and a **planner**: a pure function
+``(sysroot, target) -> list of changes`` (``changes.FileChange`` ...). The planner only reads;
+the change engine journals, writes, reads back and restores. Each layer's knobs live in
+``knobs/<layer>.py`` and are listed by the layer registry (``layers.Layer.knobs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+
+class KnobInputError(HostStateError):
+    """A target or setting a planner refuses (nothing was changed)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A role variable of a knob (``cpu_housekeeping_units``) and its default."""
+
+    name: str
+    default: Any
+    description: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a planner gets: the wanted values, its settings, the layer's facts, the BMC."""
+
+    want: dict[str, Any]
+    settings: dict[str, Any]
+    facts: dict[str, Any]
+    bmc: Any = None
+
+    def get(self, key: str) -> Any:
+        """A wanted value (profile key) or a setting, by name."""
+        return self.want[key] if key in self.want else self.settings[key]
+
+
+Planner = Callable[[Sysroot, Target], list[Change]]
+AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of a layer, planned by ``plan``.
+
+    ``profile_keys`` are read from the profile's ``<layer>`` section; ``overrides`` maps role
+    variables to the profile key they override (a null variable means "from the profile").
+    ``after`` (optional) reads the state back once every change of the layer was made and
+    raises ``HostStateError`` when the host did not take it.
+    """
+
+    layer: str
+    name: str
+    summary: str
+    plan: Planner
+    profile_keys: tuple[str, ...]
+    overrides: dict[str, str] = field(default_factory=dict)
+    settings: tuple[Setting, ...] = ()
+    facts: tuple[str, ...] = ()
+    reboot: bool = False
+    after: AfterCheck | None = None
+
+    @property
+    def id(self) -> str:
+        """``layer.name``, as checks and reports name the knob."""
+        return f"{self.layer}.{self.name}"
+
+    @property
+    def switch(self) -> str:
+        """The boolean role variable that turns the knob off (``cpu_governor``)."""
+        return f"{self.layer}_{self.name}"
+
+    def variables(self) -> tuple[str, ...]:
+        """Every role variable the knob reads: its switch, overrides and settings."""
+        return (self.switch, *self.overrides, *(s.name for s in self.settings))
+
+    def target(self, section: dict[str, Any], variables: dict[str, Any],
+               facts: dict[str, Any], bmc: Any = None) -> Target:
+        """The knob's target from the profile section and the role variables given."""
+        want = {key: section.get(key) for key in self.profile_keys}
+        for var, key in self.overrides.items():
+            if variables.get(var) is not None:
+                want[key] = variables[var]
+        settings = {s.name: variables[s.name] if variables.get(s.name) is not None
+                    else s.default for s in self.settings}
+        return Target(want, settings, facts, bmc)

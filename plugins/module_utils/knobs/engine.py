@@ -1,0 +1,159 @@
+"""Plan and apply whole layers: every knob of a layer in one process, all or nothing.
+
+:func:`run_layers` reads each layer's facts in-process, builds every enabled knob's target
+(profile section + role variables), plans each knob in order, then hands the whole layer to
+``changes.apply_knobs``: one journal, each change read back, and if any knob fails every change
+of that layer on this host is put back before the error (which names the knob and the path).
+Knobs planned later see the files that earlier knobs of the layer will write
+(:class:`PlannedRoot`), so two knobs may edit one file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    ApplyFailed,
+    Change,
+    FileChange,
+    apply_knobs,
+    restore_entries,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    HostStateError,
+    NotSupported,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.vm import manual_actions
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
+
+TRUE = {"true", "yes", "on", "1"}
+FALSE = {"false", "no", "off", "0"}
+
+
+class LayerFailed(HostStateError):
+    """A knob of ``layer`` could not be planned or applied; the layer was put back."""
+
+    def __init__(self, knob: str, path: str, reason: str) -> None:
+        super().__init__(f"{knob}: {path}", reason)
+        self.knob = knob
+
+
+class PlannedRoot(Sysroot):
+    """``root`` as it will be once the files planned so far are written."""
+
+    def __init__(self, root: Sysroot) -> None:
+        super().__init__(root.root)
+        self.planned: dict[str, FileChange] = {}
+
+    def add(self, changes: list[Change]) -> None:
+        """Remember the file changes of a knob for the knobs planned after it."""
+        for change in changes:
+            if isinstance(change, FileChange):
+                self.planned[self.display(change.path)] = change
+
+    def read_bytes(self, rel: str, limit: int = MAX_READ) -> bytes:  # noqa: D102
+        change = self.planned.get(self.display(rel))
+        if change is None:
+            return super().read_bytes(rel, limit)
+        if change.content is None:
+            raise NotSupported(self.display(rel))
+        return change.content[:limit]
+
+    def exists(self, rel: str) -> bool:  # noqa: D102
+        change = self.planned.get(self.display(rel))
+        return super().exists(rel) if change is None else change.content is not None
+
+    def file_mode(self, rel: str) -> int | None:  # noqa: D102
+        change = self.planned.get(self.display(rel))
+        if change is None:
+            return super().file_mode(rel)
+        return None if change.content is None else change.mode
+
+
+def flag(value: Any, name: str) -> bool:
+    """A role switch as a boolean (Ansible passes ``true``, ``"yes"``, ``1`` ...)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE | FALSE:
+        return text in TRUE
+    raise HostStateError(name, f"{value!r} is not a boolean")
+
+
+def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | None) -> list[Knob]:
+    """The layer's knobs that are switched on (and named in ``only``, when given)."""
+    return [k for k in layer.knobs if flag(variables.get(k.switch, True), k.switch)
+            and (not only or k.name in only or k.id in only)]
+
+
+def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
+               variables: dict[str, Any], only: list[str] | None = None,
+               bmc: Any = None) -> tuple[list[tuple[Knob, Target, list[Change]]], dict]:
+    """Every enabled knob of ``layer`` with its target and changes, and the layer's facts."""
+    knobs = enabled_knobs(layer, variables, only)
+    facts = layer.gather(root) if any(k.facts for k in knobs) or layer.name == "vm" else {}
+    section = profile.get(layer.name) or {}
+    view = PlannedRoot(root)
+    planned = []
+    for knob in knobs:
+        target = knob.target(section, variables, facts, bmc)
+        try:
+            changes = knob.plan(view, target)
+        except HostStateError as exc:
+            raise LayerFailed(knob.id, exc.path, exc.reason + "; nothing was changed") from None
+        view.add(changes)
+        planned.append((knob, target, changes))
+    return planned, facts
+
+
+def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict[str, Any],
+              journal: Journal | None, check_mode: bool, only: list[str] | None = None,
+              bmc: Any = None, connect: Any = None) -> dict[str, Any]:
+    """Plan and apply (or, in check mode, only plan and diff) one layer on this host.
+
+    Returns ``{layer, changed, reboot_required, knobs: [...], manual_actions}``; each knob
+    entry has ``layer, knob, changed, diff, changes, reboot_required, journal_entries``.
+    Raises :class:`LayerFailed` with the layer put back.
+    """
+    layer = get_layer(name)
+    planned, facts = plan_layer(root, layer, profile, variables, only, bmc)
+    try:
+        results = apply_knobs(root, {k.name: c for k, _t, c in planned}, journal, name,
+                              check_mode)
+    except ApplyFailed as exc:
+        raise LayerFailed(f"{name}.{exc.knob}", exc.path, exc.reason) from None
+    if not check_mode:
+        _read_back(root, journal, planned, results, connect)
+    knobs = [_knob_result(knob, results[knob.name]) for knob, _t, _c in planned]
+    require = bool((profile.get("vm") or {}).get("require_cmdqv")) if name == "vm" else False
+    return {"layer": name, "changed": any(k["changed"] for k in knobs),
+            "reboot_required": any(k["reboot_required"] for k in knobs), "knobs": knobs,
+            "manual_actions": manual_actions(facts, require) if name == "vm" else []}
+
+
+def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: dict,
+               connect: Any) -> None:
+    """Each knob's own read-back (state only a tool reports); a failure puts the layer back."""
+    for knob, target, changes in planned:
+        if knob.after is None or not results[knob.name]["changed"]:
+            continue
+        try:
+            knob.after(root, target, changes)
+        except HostStateError as exc:
+            entries = [e for r in results.values() for e in r["entries"]]
+            restore_entries(root, journal, entries, check_mode=False, connect=connect)
+            raise LayerFailed(knob.id, exc.path, exc.reason + "; the layer was put back") \
+                from None
+
+
+def _knob_result(knob: Knob, result: dict[str, Any]) -> dict[str, Any]:
+    return {"layer": knob.layer, "knob": knob.name, "changed": result["changed"],
+            "diff": result["diff"],
+            "changes": [{"path": d["before_header"], "before": d["before"], "after": d["after"]}
+                        for d in result["diff"]],
+            "reboot_required": bool(result["changed"] and knob.reboot),
+            "journal_entries": [{k: e[k] for k in ("seq", "kind", "path")}
+                                for e in result["entries"]]}

@@ -1,0 +1,50 @@
+"""Checks a planner runs on every profile value before it renders anything from it.
+
+A value that passes cannot change the syntax of the file it is written into: names match a
+strict pattern, values are one line of printable text, paths are absolute and clean. The
+profile schema enforces the same patterns (``profiles/schema.json``), so the controller
+refuses a bad profile before anything runs; these checks hold for users' own playbooks too.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+IDLE_STATE = re.compile(r"^[A-Za-z0-9_.+-]{1,32}$")
+NCCL_KEY = re.compile(r"^NCCL_[A-Z0-9_]{1,64}$")
+SYSTEMD_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]{1,200}\.(slice|scope|service)$")
+WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+
+
+def matching(value: Any, pattern: re.Pattern[str], what: str) -> str:
+    """``value`` as text when it matches ``pattern``; ``KnobInputError`` otherwise."""
+    text = str(value)
+    if not pattern.match(text):
+        raise KnobInputError(what, f"{text!r} is not allowed (must match {pattern.pattern})")
+    return text
+
+
+def one_line(value: Any, what: str, limit: int = 1023) -> str:
+    """``value`` as one line of printable text (no newline or control character)."""
+    text = str(value)
+    if CONTROL.search(text):
+        raise KnobInputError(what, f"{text!r} holds a newline or control character")
+    if len(text) > limit:
+        raise KnobInputError(what, f"longer than {limit} characters")
+    return text
+
+
+def clean_path(value: Any, what: str) -> str:
+    """``value`` as an absolute, normalised path of printable characters without spaces."""
+    text = one_line(value, what, 4095)
+    if not text.startswith("/") or posixpath.normpath(text) != text or text == "/" \
+            or any(c.isspace() for c in text) or text.startswith("//"):
+        raise KnobInputError(what, f"{text!r} is not an absolute, normalised path "
+                             "(no '..', '//', trailing '/' or spaces)")
+    return text

@@ -1,0 +1,166 @@
+#!/usr/bin/python
+"""exemplar.tune.layer: plan and apply every knob of one or more layers in one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: layer
+short_description: Apply (or audit) every knob of exemplar-tune layers on a host in one call
+description:
+  - Reads each layer's facts, plans every knob of the layer from the exemplar-tune profile
+    (and the role variables in C(variables)), and applies the whole layer through the change
+    engine - one journal, each change read back - all or nothing per layer - if any knob fails,
+    every change of that layer on this host is put back before the task fails, and the error
+    names the knob and the path.
+  - The knobs are declared once, in the collection's knob registry
+    (C(plugins/module_utils/knobs/<layer>.py)); the layer roles (M(exemplar.tune.cpu) ...) call
+    this module, and C(exemplar.tune.audit) calls it once per host for every layer in check
+    mode.
+  - Results keep per-knob detail - C(knobs) lists each knob with C(changed), C(diff),
+    C(changes) and C(reboot_required).
+version_added: "0.2.0"
+author: exemplar-tune maintainers (@exemplar-tune)
+options:
+  layers:
+    description: Layers to apply, in the order given (C(gpu), C(vm), C(cpu), C(runtime), C(fabric)).
+    type: list
+    elements: str
+    required: true
+  profile:
+    description: The exemplar-tune profile; each layer reads its own section.
+    type: dict
+    default: {}
+  variables:
+    description:
+      - Role variables - knob switches (C(cpu_governor=false)), target overrides
+        (C(cpu_governor_target)) and settings (C(cpu_housekeeping_units)). Unset ones take the
+        registry's defaults; see each role's argument specification.
+    type: dict
+    default: {}
+  knobs:
+    description: Only these knobs (C(governor) or C(cpu.governor)); default every knob switched on.
+    type: list
+    elements: str
+  run_id:
+    description:
+      - Names the host-local journal (C(/var/lib/exemplar-tune/journal/<run_id>.json)).
+        Required unless in check mode.
+    type: str
+  sysroot:
+    description: Directory that mirrors C(/) of the host to change instead of the live system.
+    type: path
+    default: /
+extends_documentation_fragment:
+  - exemplar.tune.bmc
+notes:
+  - Supports check mode (plans and diffs every knob, writes nothing, journal included) and
+    diff mode.
+  - M(exemplar.tune.restore) puts a run back, newest change first, byte for byte (owners
+    included); a regenerated bootloader configuration is regenerated again.
+"""
+
+EXAMPLES = r"""
+- name: Apply the cpu layer as the profile says
+  exemplar.tune.layer:
+    layers: [cpu]
+    profile: "{{ exemplar_profile }}"
+    run_id: "{{ exemplar_run_id }}"
+
+- name: Drift of every layer, one call per host
+  exemplar.tune.layer:
+    layers: [gpu, vm, cpu, runtime, fabric]
+    profile: "{{ exemplar_profile }}"
+  check_mode: true
+  diff: true
+"""
+
+RETURN = r"""
+knobs:
+  description: One entry per knob planned - layer, knob, changed, diff, changes (path, before,
+    after), reboot_required, journal_entries.
+  returned: always
+  type: list
+  elements: dict
+layers:
+  description: Per layer - layer, changed, reboot_required.
+  returned: always
+  type: list
+  elements: dict
+reboot_required:
+  description: True when a change only takes effect after a reboot.
+  returned: always
+  type: bool
+manual_actions:
+  description: Actions outside this host (the hypervisor's) that a layer needs.
+  returned: always
+  type: list
+  elements: dict
+journal:
+  description: Path of the host journal (null in check mode).
+  returned: always
+  type: str
+"""
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
+    LayerFailed,
+    run_layer,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
+from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+
+def main() -> None:
+    """Module entry point."""
+    module = AnsibleModule(argument_spec={
+        "layers": {"type": "list", "elements": "str", "required": True,
+                   "choices": list(ROLE_LAYERS)},
+        "profile": {"type": "dict", "default": {}},
+        "variables": {"type": "dict", "default": {}},
+        "knobs": {"type": "list", "elements": "str"},
+        "run_id": {"type": "str"},
+        "sysroot": {"type": "path", "default": "/"},
+        "bmc": dict(BMC_OPTION),
+    }, supports_check_mode=True)
+    params = module.params
+    root = Sysroot(params["sysroot"])
+    done: list[dict[str, Any]] = []
+    journal = None
+    try:
+        if not module.check_mode:
+            if not params["run_id"]:
+                module.fail_json(msg="run_id is required to change anything (it names the "
+                                 "journal that restore uses)")
+            journal = Journal(root, params["run_id"])
+            journal.load()  # a corrupted journal stops us before anything is written
+        bmc = BmcConfig.from_params(params["bmc"])
+        for name in params["layers"]:
+            done.append(run_layer(root, name, params["profile"], params["variables"], journal,
+                                  module.check_mode, params["knobs"], bmc, bmc_connector(bmc)))
+    except LayerFailed as exc:
+        module.fail_json(msg=str(exc), knob=exc.knob, path=exc.path, **_summary(done, journal))
+    except HostStateError as exc:
+        module.fail_json(msg=str(exc), **_summary(done, journal))
+    module.exit_json(**_summary(done, journal))
+
+
+def _summary(done: list[dict[str, Any]], journal: Journal | None) -> dict[str, Any]:
+    knobs = [k for layer in done for k in layer["knobs"]]
+    return {"changed": any(k["changed"] for k in knobs),
+            "diff": [d for k in knobs for d in k["diff"]],
+            "knobs": knobs,
+            "layers": [{k: layer[k] for k in ("layer", "changed", "reboot_required")}
+                       for layer in done],
+            "reboot_required": any(layer["reboot_required"] for layer in done),
+            "manual_actions": [a for layer in done for a in layer["manual_actions"]],
+            "journal": journal.display if journal else None}
+
+
+if __name__ == "__main__":
+    main()
