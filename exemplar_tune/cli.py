@@ -41,7 +41,7 @@ from exemplar_tune.ledger import default_path as default_ledger_path
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
-from exemplar_tune.profile import load_profile, shipped_profiles
+from exemplar_tune.profile import AUTO, load_profile, profile_for_arches, shipped_profiles
 from exemplar_tune.remediate import cmd_apply, cmd_audit, cmd_restore
 from exemplar_tune.sim.commands import add_sim_parsers
 from exemplar_tune.slurm.cli import add_prolog_option, add_slurm
@@ -180,6 +180,10 @@ after a reboot (kernel arguments) are reported as such, never as done.
 """
 
 
+PROFILE_HELP = ("targets: a shipped profile, a YAML file, or 'auto' (the default: each host "
+                "gets the shipped profile for its architecture, as preflight chooses)")
+
+
 def _add_apply(sub: argparse._SubParsersAction) -> None:
     cmd = sub.add_parser("apply", help="apply one layer's fixes (journaled, restorable)",
                          description="Move hosts to the profile's target for one layer, "
@@ -187,8 +191,7 @@ def _add_apply(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd)
     cmd.add_argument("--layer", required=True, choices=ROLE_LAYERS, help="the layer to apply")
-    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE",
-                     help="targets (default h100-x86)")
+    cmd.add_argument("--profile", default=AUTO, metavar="NAME|FILE", help=PROFILE_HELP)
     cmd.add_argument("--check", action="store_true", help="show what would change; write nothing")
     cmd.add_argument("--diff", action="store_true",
                      help="table format: show each changed file or value as a unified diff")
@@ -223,7 +226,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
                          epilog=TUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd)
     cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml")
-    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE")
+    cmd.add_argument("--profile", default=AUTO, metavar="NAME|FILE", help=PROFILE_HELP)
     cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
                      help="only these layers (repeatable)")
     cmd.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
@@ -288,7 +291,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     _add_change_target(cmd)
     cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
                      help=f"only these layers (repeatable): {', '.join(ROLE_LAYERS)}")
-    cmd.add_argument("--profile", default="h100-x86", metavar="NAME|FILE")
+    cmd.add_argument("--profile", default=AUTO, metavar="NAME|FILE", help=PROFILE_HELP)
     cmd.set_defaults(func=cmd_audit)
 
 
@@ -382,10 +385,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def _profile_name(requested: str, hosts: dict) -> str:
-    if requested != "auto":
+    if requested != AUTO:
         return requested
-    arches = {(facts.get("vm") or {}).get("arch") for facts in hosts.values()}
-    return "gb200-grace" if "aarch64" in arches else "h100-x86"
+    return profile_for_arches({(facts.get("vm") or {}).get("arch") for facts in hosts.values()})
 
 
 def _read_results(path: Path) -> dict:

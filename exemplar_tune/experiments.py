@@ -17,7 +17,7 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.ledger import LAYER_DONE, Ledger
 from exemplar_tune.lock import hold_lock
 from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import load_profile
+from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
 from exemplar_tune.remediate import _runner, run_playbook
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
@@ -64,6 +64,10 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
     if not 2 <= args.min_runs <= args.max_runs:
         raise UserError(f"--min-runs {args.min_runs} --max-runs {args.max_runs}: need "
                         "2 <= min-runs <= max-runs")
+    if args.profile == AUTO:
+        hosts, _missing = collect_facts(args.sysroot, _runner(args), ["vm"])
+        args.profile = profile_for_arches({(f.get("vm") or {}).get("arch")
+                                           for f in hosts.values()})
     profile = load_profile(args.profile)
     specs = load_benchmarks(args.bench)
     if getattr(args, "dry_run", False):

@@ -35,6 +35,29 @@ def shipped_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
+AUTO = "auto"
+# The shipped profile each architecture gets from --profile auto ("*": every other one).
+PROFILE_BY_ARCH = {"aarch64": "gb200-grace", "*": "h100-x86"}
+
+
+def profile_for_arches(arches: set[str | None]) -> str:
+    """The shipped profile ``auto`` means for hosts of these architectures."""
+    return PROFILE_BY_ARCH["aarch64"] if "aarch64" in arches else PROFILE_BY_ARCH["*"]
+
+
+def profile_vars(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """The profile's label and the playbook variables that carry it to the hosts.
+
+    ``auto`` sends every shipped candidate (``exemplar_profile_by_arch``): each host's layer
+    module picks the one for its own architecture, so a mixed fleet gets the right targets.
+    """
+    if name_or_path == AUTO:
+        by_arch = {arch: load_profile(name) for arch, name in PROFILE_BY_ARCH.items()}
+        return AUTO, {"exemplar_profile_by_arch": by_arch}
+    profile = load_profile(name_or_path)
+    return profile["name"], {"exemplar_profile": profile}
+
+
 def load_profile(name_or_path: str) -> dict[str, Any]:
     """The profile called ``name_or_path`` (shipped) or stored at that path, validated."""
     path = Path(name_or_path)

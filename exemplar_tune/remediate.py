@@ -18,7 +18,7 @@ from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.collection import collection_root
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.profile import load_profile
+from exemplar_tune.profile import profile_vars
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
@@ -107,29 +107,29 @@ def _runner(args: argparse.Namespace, check: bool = False) -> AnsibleRun:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     """``exemplar-tune apply``: one layer, fleet-wide, journaled; recorded in the ledger."""
-    profile = load_profile(args.profile)
+    name, targets = profile_vars(args.profile)
     if args.check:
         result = run_playbook(_runner(args, check=True), "apply", {
-            "layer": args.layer, "exemplar_profile": profile})
-        return _report_apply(args, None, None, profile, result)
+            "layer": args.layer, **targets})
+        return _report_apply(args, None, None, name, result)
     with Ledger(args.ledger) as ledger:
-        experiment = ledger.start_experiment("apply", profile["name"], _target(args),
+        experiment = ledger.start_experiment("apply", name, _target(args),
                                              {"layer": args.layer})
         run_id = args.run_id or experiment
         ledger.add_layer(experiment, args.layer, 0, run_id)
         result = run_playbook(_runner(args), "apply", {
-            "layer": args.layer, "exemplar_profile": profile, "exemplar_run_id": run_id})
+            "layer": args.layer, **targets, "exemplar_run_id": run_id})
         ledger.record_hosts(experiment, args.layer, host_records(result))
         broken = bool(result["failed"] or result["unreachable"])
         ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
         ledger.finish(experiment, "failed" if broken else "finished")
-    return _report_apply(args, experiment, run_id, profile, result)
+    return _report_apply(args, experiment, run_id, name, result)
 
 
 def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str | None,
-                  profile: dict[str, Any], result: dict[str, Any]) -> int:
+                  profile: str, result: dict[str, Any]) -> int:
     doc = {"experiment": experiment, "run_id": run_id, "layer": args.layer,
-           "check": args.check, "profile": profile["name"], **result}
+           "check": args.check, "profile": profile, **result}
     _emit(args, doc, _apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
@@ -182,13 +182,12 @@ def _restore_lines(layer: str, result: dict[str, Any]) -> list[str]:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """``exemplar-tune audit``: the roles in check mode with diff; exit 1 on drift."""
-    profile = load_profile(args.profile)
-    extravars: dict[str, Any] = {"exemplar_profile": profile}
+    name, extravars = profile_vars(args.profile)
     if args.layer:
         extravars["exemplar_audit_layers"] = args.layer
     result = run_playbook(_runner(args, check=True), "audit", extravars)
-    doc = {"profile": profile["name"], **result, "drift": group_drift(result["hosts"])}
-    lines = [f"audit against profile {profile['name']}: {len(doc['hosts'])} host(s)"]
+    doc = {"profile": name, **result, "drift": group_drift(result["hosts"])}
+    lines = [f"audit against profile {name}: {len(doc['hosts'])} host(s)"]
     lines += [f"  DRIFT  {g['layer']}/{g['knob']}: {g['count']}/{g['total']} hosts"
               for g in doc["drift"]] or ["  no drift"]
     for host, data in doc["hosts"].items():

@@ -36,6 +36,21 @@ def tree_hash(root: Path) -> str:
     return digest.hexdigest()
 
 
+def tree_state(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` with its type, mode, owner, group, mtime and content or
+    link target: what check mode must leave exactly as it was."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            info = path.lstat()
+            body = os.readlink(path) if path.is_symlink() else (
+                path.read_bytes() if path.is_file() else None)
+            state[str(path.relative_to(root))] = (info.st_mode, info.st_uid, info.st_gid,
+                                                  info.st_mtime_ns, body)
+    return state
+
+
 def cli_env() -> dict[str, str]:
     """Environment for running the exemplar-tune CLI of this venv as a subprocess."""
     env = dict(os.environ)

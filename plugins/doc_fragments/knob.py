@@ -15,9 +15,12 @@ options:
         mode. Letters, digits, C(.), C(_), C(-).
     type: str
   layer:
-    description: Layer the change belongs to (C(gpu), C(vm), C(cpu), C(runtime), C(fabric)).
+    description:
+      - Layer the change belongs to, from the layer registry (C(layers.JOURNAL_SCOPES) - the
+        layers, and C(slurm_prolog) for the Slurm prolog gate).
     type: str
     required: true
+    choices: [gpu, vm, cpu, runtime, fabric, workload, slurm_prolog]
   knob:
     description: Name of the knob, recorded in the journal and reported by audits.
     type: str

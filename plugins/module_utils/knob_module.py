@@ -9,11 +9,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change, apply_changes
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import JOURNAL_SCOPES
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 COMMON_OPTIONS: dict[str, dict[str, Any]] = {
     "run_id": {"type": "str"},
-    "layer": {"type": "str", "required": True},
+    "layer": {"type": "str", "required": True, "choices": list(JOURNAL_SCOPES)},
     "knob": {"type": "str", "required": True},
     "sysroot": {"type": "path", "default": "/"},
     "reboot_required": {"type": "bool", "default": False},

@@ -30,6 +30,12 @@ options:
     description: The exemplar-tune profile; each layer reads its own section.
     type: dict
     default: {}
+  profile_by_arch:
+    description:
+      - Used when C(profile) is empty - candidate profiles by machine architecture
+        (C(aarch64), C(x86_64); C(*) for any other); the host's own architecture picks one.
+        This is how C(exemplar-tune apply|audit --profile auto) reaches a mixed fleet.
+    type: dict
   variables:
     description:
       - Role variables - knob switches (C(cpu_governor=false)), target overrides
@@ -106,6 +112,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.hypervisor import read_arch
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
@@ -122,6 +129,7 @@ def main() -> None:
         "layers": {"type": "list", "elements": "str", "required": True,
                    "choices": list(ROLE_LAYERS)},
         "profile": {"type": "dict", "default": {}},
+        "profile_by_arch": {"type": "dict"},
         "variables": {"type": "dict", "default": {}},
         "knobs": {"type": "list", "elements": "str"},
         "run_id": {"type": "str"},
@@ -140,14 +148,23 @@ def main() -> None:
             journal = Journal(root, params["run_id"])
             journal.load()  # a corrupted journal stops us before anything is written
         bmc = BmcConfig.from_params(params["bmc"])
+        profile = params["profile"] or _by_arch(root, params["profile_by_arch"] or {})
         for name in params["layers"]:
-            done.append(run_layer(root, name, params["profile"], params["variables"], journal,
+            done.append(run_layer(root, name, profile, params["variables"], journal,
                                   module.check_mode, params["knobs"], bmc, bmc_connector(bmc)))
     except LayerFailed as exc:
         module.fail_json(msg=str(exc), knob=exc.knob, path=exc.path, **_summary(done, journal))
     except HostStateError as exc:
         module.fail_json(msg=str(exc), **_summary(done, journal))
     module.exit_json(**_summary(done, journal))
+
+
+def _by_arch(root: Sysroot, candidates: dict[str, Any]) -> dict[str, Any]:
+    """The candidate profile for this host's architecture (empty when none is given)."""
+    if not candidates:
+        return {}
+    arch = read_arch(root)
+    return candidates.get(arch) or candidates.get("*") or {}
 
 
 def _summary(done: list[dict[str, Any]], journal: Journal | None) -> dict[str, Any]:

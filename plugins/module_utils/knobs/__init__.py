@@ -70,6 +70,7 @@ class Knob:
     facts: tuple[str, ...] = ()
     reboot: bool = False
     after: AfterCheck | None = None
+    switched: bool = True  # False: no switch variable (its override already is one)
 
     @property
     def id(self) -> str:
@@ -83,7 +84,8 @@ class Knob:
 
     def variables(self) -> tuple[str, ...]:
         """Every role variable the knob reads: its switch, overrides and settings."""
-        return (self.switch, *self.overrides, *(s.name for s in self.settings))
+        return (*((self.switch,) if self.switched else ()), *self.overrides,
+                *(s.name for s in self.settings))
 
     def target(self, section: dict[str, Any], variables: dict[str, Any],
                facts: dict[str, Any], bmc: Any = None) -> Target:

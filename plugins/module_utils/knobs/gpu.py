@@ -45,5 +45,5 @@ KNOBS: tuple[Knob, ...] = (
          ("persistence_mode",), {"gpu_persistence_mode": "persistence_mode"},
          (Setting("gpu_persistence_gpus", [], "PCI addresses of the GPUs to change; empty: "
                   "every GPU nvidia-smi lists."),),
-         facts=("gpu.present",), after=check_persistence),
+         facts=("gpu.present",), after=check_persistence, switched=False),
 )

@@ -1,0 +1,209 @@
+"""The knob registry and its planners, on fixture sysroot trees (no Ansible, fast).
+
+Planners only read: each test hashes the tree before and after planning. Injections are
+tried against every planner that renders profile text into a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    AttrChange,
+    FileChange,
+    Regenerate,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
+    LayerFailed,
+    plan_layer,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    JOURNAL_SCOPES,
+    KNOBS,
+    LAYERS,
+    ROLE_LAYERS,
+    get_knob,
+    get_layer,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+from exemplar_tune.checks.base import CHECKS, check
+from exemplar_tune.profile import load_profile
+from tests.conftest import REPO
+from tests.helpers import copy_sysroot, tree_hash
+
+CPU = {"deep_cstates": True, "governor": "performance", "turbo": True,
+       "housekeeping_confined": True, "housekeeping_cpus": "0,4", "numa_balancing": 0}
+ALLOW_JOBS = {"cpu_housekeeping_allow_job_units": True}
+
+
+@pytest.fixture
+def h100(tmp_path: Path) -> Path:
+    return copy_sysroot("h100-x86", tmp_path)
+
+
+def _plan(root: Path, layer: str, section: dict, variables: dict | None = None,
+          only: list[str] | None = None) -> dict[str, list]:
+    before = tree_hash(root)
+    planned, _facts = plan_layer(Sysroot(str(root)), get_layer(layer), {layer: section},
+                                 variables or {}, only)
+    assert tree_hash(root) == before  # planning never writes
+    return {knob.name: changes for knob, _target, changes in planned}
+
+
+# -- the registry -------------------------------------------------------------------------
+
+def test_every_knob_is_declared_once_under_its_layer():
+    assert len(KNOBS) == sum(len(layer.knobs) for layer in LAYERS)
+    for layer in LAYERS:
+        assert all(knob.layer == layer.name for knob in layer.knobs)
+    assert ROLE_LAYERS == ("gpu", "vm", "cpu", "runtime", "fabric")
+    assert get_knob("cpu.deep_cstates").reboot is False
+    assert get_knob("cpu.cstate_cmdline").reboot is True
+
+
+def test_every_check_names_a_registered_knob():
+    named = {c.knob for c in CHECKS if c.knob}
+    assert named and named <= set(KNOBS)
+
+
+def test_a_check_naming_an_unregistered_knob_is_refused():
+    with pytest.raises(ValueError, match="'cpu.no_such_knob' is not in the knob registry"):
+        check("cpu.test-only", severity="low", title="t", risk="r", fix="f",
+              knob="cpu.no_such_knob")
+
+
+@pytest.mark.parametrize("layer", ROLE_LAYERS)
+def test_role_argument_specs_document_every_knob_variable_with_its_default(layer):
+    specs = yaml.safe_load((REPO / "roles" / layer / "meta/argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    for knob in get_layer(layer).knobs:
+        if knob.switched:
+            assert options[knob.switch].get("default") is True, knob.switch
+        for name in knob.overrides:
+            assert name in options, name
+        for setting in knob.settings:
+            assert setting.name in options, setting.name
+            if "default" in options[setting.name] and setting.default is not None:
+                assert options[setting.name]["default"] == setting.default, setting.name
+
+
+def test_knob_modules_offer_the_registry_scopes_as_layer_choices():
+    doc = yaml.safe_load((REPO / "plugins/doc_fragments/knob.py").read_text().split(
+        'DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+    assert tuple(doc["options"]["layer"]["choices"]) == JOURNAL_SCOPES
+
+
+# -- planners -------------------------------------------------------------------------------
+
+def test_deep_cstates_enables_the_state_by_name_on_every_cpu(h100):
+    changes = _plan(h100, "cpu", CPU, ALLOW_JOBS, ["deep_cstates"])["deep_cstates"]
+    attrs = [c for c in changes if isinstance(c, AttrChange)]
+    assert len(attrs) == 8 and all(c.path.endswith("/state3/disable") and c.value == "0"
+                                   for c in attrs)
+
+
+def test_deep_cstates_writes_a_rule_without_a_shell_where_the_driver_disables_it(h100):
+    for cpu in range(8):
+        (h100 / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state3/default_status").write_text(
+            "disabled\n")
+    rule = next(c for c in _plan(h100, "cpu", CPU, None, ["deep_cstates"])["deep_cstates"]
+                if isinstance(c, FileChange)).content.decode()
+    assert 'ATTR{cpuidle/state3/name}=="C6", ATTR{cpuidle/state3/disable}="0"' in rule
+    assert "RUN" not in rule and "sh" not in rule.split("\n", 2)[2]
+
+
+@pytest.mark.parametrize("name", ["C6`touch /tmp/pwned`", "C6'; reboot; '", "C6\nRUN+=\"x\"",
+                                  "C6|C1", "C*"])
+def test_idle_state_names_that_could_change_the_rule_are_refused(h100, name):
+    with pytest.raises(LayerFailed, match=r"^cpu\.deep_cstates: cpu\.deep_cstate_names: "):
+        _plan(h100, "cpu", {**CPU, "deep_cstate_names": [name]}, None, ["deep_cstates"])
+
+
+def test_housekeeping_refuses_units_that_hold_slurm_jobs(h100):
+    with pytest.raises(LayerFailed, match="system.slice: hold Slurm job cgroups"):
+        _plan(h100, "cpu", CPU, None, ["housekeeping"])
+
+
+def test_housekeeping_plans_cpusets_dropins_and_irqbalance(h100):
+    changes = _plan(h100, "cpu", CPU, ALLOW_JOBS, ["housekeeping"])["housekeeping"]
+    assert {c.path: c.value for c in changes if isinstance(c, AttrChange)} == {
+        f"sys/fs/cgroup/{u}/cpuset.cpus": "0,4" for u in ("system.slice", "user.slice",
+                                                          "init.scope")}
+    irq = next(c for c in changes if c.path == "/etc/default/irqbalance")
+    assert b'IRQBALANCE_BANNED_CPULIST="1-3,5-7"' in irq.content
+
+
+@pytest.mark.parametrize(("cpus", "reason"), [("0-", "cpu.housekeeping_cpus"),
+                                             ("0,4; rm -rf /", "cpu.housekeeping_cpus")])
+def test_bad_cpulists_are_refused(h100, cpus, reason):
+    with pytest.raises(LayerFailed, match=reason):
+        _plan(h100, "cpu", {**CPU, "housekeeping_cpus": cpus}, ALLOW_JOBS, ["housekeeping"])
+
+
+def test_turbo_uses_intel_pstate_no_turbo(h100):
+    changes = _plan(h100, "cpu", {**CPU, "turbo": False}, None, ["turbo"])["turbo"]
+    assert changes == [AttrChange("sys/devices/system/cpu/intel_pstate/no_turbo", "1")]
+
+
+def test_cmdline_change_is_followed_by_a_journaled_bootloader_rebuild(h100):
+    grub = h100 / "etc/default/grub"
+    grub.write_text(grub.read_text().replace("quiet splash", "quiet splash intel_idle.max_cstate=1"))
+    changes = _plan(h100, "cpu", CPU, {"exemplar_bootloader_command": ["/bin/true", "x"]},
+                    ["cstate_cmdline"])["cstate_cmdline"]
+    assert isinstance(changes[0], FileChange) and b"max_cstate" not in changes[0].content
+    assert changes[1] == Regenerate("bootloader configuration", ("/bin/true", "x"))
+    recorded = _plan(h100, "cpu", CPU, None, ["cstate_cmdline"])["cstate_cmdline"][1]
+    assert recorded.run is False  # a sysroot without a command of its own: recorded, not run
+
+
+@pytest.mark.parametrize("value", ["4\nNCCL_DEBUG=TRACE", "4\r", "4\x00"])
+def test_nccl_values_with_line_breaks_are_refused(h100, value):
+    with pytest.raises(LayerFailed, match=r"fabric\.nccl_conf: fabric\.nccl\.NCCL_IB_QPS"):
+        _plan(h100, "fabric", {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": value}})
+
+
+@pytest.mark.parametrize("key", ["NCCL_IB_QPS=4\nX", "LD_PRELOAD", "nccl_debug"])
+def test_nccl_keys_outside_the_nccl_namespace_are_refused(h100, key):
+    with pytest.raises(LayerFailed, match=r"fabric\.nccl_conf: fabric\.nccl: "):
+        _plan(h100, "fabric", {"nccl": {key: "1"}})
+
+
+@pytest.mark.parametrize("path", ["etc/nccl/topo.xml", "/etc/../root/.ssh/authorized_keys",
+                                  "/etc/nccl//topo.xml", "/etc/nccl/topo xml", "/etc/nccl/\n"])
+def test_topology_paths_must_be_absolute_and_clean(h100, path):
+    with pytest.raises(LayerFailed, match=r"runtime\.nccl_conf: runtime\.nccl_topo_file: "):
+        _plan(h100, "runtime", {"nccl_topo_file": path})
+
+
+def test_two_knobs_editing_one_file_compose(h100):
+    """runtime.nccl_conf drops stale lines and runtime.topo_file sets the key in the same
+    /etc/nccl.conf: the second knob plans on top of the first."""
+    conf = h100 / "etc/nccl.conf"
+    conf.write_text("NCCL_TOPO_FILE=/old/topo.xml\nNCCL_IB_QPS_PER_CONNECTION=1\n")
+    variables = {"runtime_require_in_container": False}
+    plans = _plan(h100, "runtime", {"nccl_topo_file": "/etc/nccl/topo.xml"}, variables)
+    stale = next(c for c in plans["nccl_conf"] if c.path == "/etc/nccl.conf")
+    topo = next(c for c in plans["topo_file"] if c.path == "/etc/nccl.conf")
+    assert stale.content == b"NCCL_IB_QPS_PER_CONNECTION=1\n"
+    assert topo.content == b"NCCL_IB_QPS_PER_CONNECTION=1\nNCCL_TOPO_FILE=/etc/nccl/topo.xml\n"
+
+
+def test_switched_off_knobs_are_not_planned(h100):
+    off = {f"cpu_{k.name}": False for k in get_layer("cpu").knobs}
+    assert _plan(h100, "cpu", CPU, off) == {}
+    with pytest.raises(HostStateError, match="cpu_governor: 'maybe' is not a boolean"):
+        _plan(h100, "cpu", CPU, {"cpu_governor": "maybe"})
+
+
+
+def test_shipped_profiles_plan_on_their_trees(tmp_path):
+    """Every shipped profile plans cleanly on a fixture of its platform."""
+    for name, tree in (("h100-x86", "h100-x86"), ("gb200-grace", "gb200-grace-vm")):
+        root = copy_sysroot(tree, tmp_path / name)
+        profile = load_profile(name)
+        for layer in ("gpu", "vm", "cpu", "fabric"):
+            plan_layer(Sysroot(str(root)), get_layer(layer), profile, ALLOW_JOBS)
