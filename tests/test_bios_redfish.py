@@ -265,9 +265,10 @@ def test_wrong_password_is_one_clear_line_and_never_shown(bmc, work, tls):
               str(work["profile"]), password=WRONG)
     assert out.returncode == 1
     (line,) = [x for x in out.stdout.splitlines() if "FAILED" in x]
-    assert line.strip() == (f"node1: FAILED: {bmc.url}: authentication failed (HTTP 401) for "
-                            "user 'root': check exemplar_bmc_user and exemplar_bmc_password "
-                            "(or EXEMPLAR_BMC_PASSWORD)")
+    assert line.strip() == (f"node1: FAILED: cpu.bios: {bmc.url}: authentication failed (HTTP "
+                            "401) for user 'root': check exemplar_bmc_user and "
+                            "exemplar_bmc_password (or EXEMPLAR_BMC_PASSWORD); nothing was "
+                            "changed")
     facts = cli(work, "facts", "-i", str(inv), "--layer", "cpu", "--format", "json",
                 password=WRONG)
     cpu = json.loads(facts.stdout)["hosts"]["node1"]["cpu"]

@@ -6,6 +6,8 @@ tried against every planner that renders profile text into a file.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks.base import CHECKS, check
 from exemplar_tune.profile import load_profile
 from tests.conftest import REPO
-from tests.helpers import copy_sysroot, tree_hash
+from tests.helpers import cli_env, copy_sysroot, tree_hash
 
 CPU = {"deep_cstates": True, "governor": "performance", "turbo": True,
        "housekeeping_confined": True, "housekeeping_cpus": "0,4", "numa_balancing": 0}
@@ -207,3 +209,22 @@ def test_shipped_profiles_plan_on_their_trees(tmp_path):
         profile = load_profile(name)
         for layer in ("gpu", "vm", "cpu", "fabric"):
             plan_layer(Sysroot(str(root)), get_layer(layer), profile, ALLOW_JOBS)
+
+
+@pytest.mark.parametrize("profile", [
+    {"fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4\nNCCL_DEBUG=TRACE"}}},
+    {"fabric": {"nccl": {"LD_PRELOAD": "/tmp/x.so"}}},
+    {"cpu": {"deep_cstate_names": ["C6`touch /tmp/exemplar-pwned`"]}},
+    {"runtime": {"nccl_topo_file": "/etc/nccl/../../root/topo.xml"}},
+])
+def test_profile_injections_are_one_line_exit_2_before_anything_runs(h100, tmp_path, profile):
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"name": "site", **profile}))
+    before = tree_hash(h100)
+    out = subprocess.run([sys.executable, "-m", "exemplar_tune.cli", "apply", "--layer",
+                          next(iter(profile)), "--profile", str(path), "--sysroot", str(h100),
+                          "--ledger", str(tmp_path / "ledger.db")],
+                         capture_output=True, text=True, check=False, env=cli_env())
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "does not match" in out.stderr
+    assert tree_hash(h100) == before and not (tmp_path / "ledger.db").exists()
