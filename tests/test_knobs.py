@@ -153,7 +153,8 @@ def test_turbo_uses_intel_pstate_no_turbo(h100):
 
 def test_cmdline_change_is_followed_by_a_journaled_bootloader_rebuild(h100):
     grub = h100 / "etc/default/grub"
-    grub.write_text(grub.read_text().replace("quiet splash", "quiet splash intel_idle.max_cstate=1"))
+    grub.write_text(grub.read_text().replace("quiet splash",
+                                             "quiet splash intel_idle.max_cstate=1"))
     changes = _plan(h100, "cpu", CPU, {"exemplar_bootloader_command": ["/bin/true", "x"]},
                     ["cstate_cmdline"])["cstate_cmdline"]
     assert isinstance(changes[0], FileChange) and b"max_cstate" not in changes[0].content

@@ -113,7 +113,8 @@ def test_bootloader_rebuild_runs_at_apply_and_again_at_restore(host, tmp_path):
     script = tmp_path / "rebuild.py"
     script.write_text("import sys\nfrom pathlib import Path\n"
                       "grub = Path(sys.argv[2]).read_text()\n"
-                      "line = next(l for l in grub.splitlines() if l.startswith('GRUB_CMDLINE_LINUX='))\n"
+                      "line = next(l for l in grub.splitlines()\n"
+                      "            if l.startswith('GRUB_CMDLINE_LINUX='))\n"
                       "with open(sys.argv[1], 'a') as out:\n    out.write(line + '\\n')\n")
     command = [sys.executable, str(script), str(log), str(host / "etc/default/grub")]
     original = next(line for line in (host / "etc/default/grub").read_text().splitlines()
