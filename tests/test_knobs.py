@@ -229,3 +229,10 @@ def test_profile_injections_are_one_line_exit_2_before_anything_runs(h100, tmp_p
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "does not match" in out.stderr
     assert tree_hash(h100) == before and not (tmp_path / "ledger.db").exists()
+
+
+def test_readme_knob_table_lists_the_registry():
+    rows = [line.split("|")[1].strip().strip("`") for line in
+            (REPO / "README.md").read_text().splitlines()
+            if line.startswith("| `") and line.count("|") == 5]
+    assert rows == list(KNOBS)

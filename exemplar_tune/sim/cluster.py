@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from exemplar_tune.profile import load_profile
-from exemplar_tune.sim.boot import boot
+from exemplar_tune.sim.boot import boot, mkconfig
 from exemplar_tune.sim.hosts import build_host
 from exemplar_tune.sim.model import is_collective, load_scenario, reference
 
@@ -60,7 +60,9 @@ def create_cluster(directory: Path, scenario_name: str, *, hosts: int | None = N
 def _build(directory: Path, scenario: dict[str, Any], names: list[str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name in names:
-        boot(build_host(scenario["base"], scenario["faults"], directory / "hosts" / name))
+        host = build_host(scenario["base"], scenario["faults"], directory / "hosts" / name)
+        mkconfig(host)
+        boot(host)
     (directory / "state").mkdir()
     _dump(directory / "scenario.yaml", scenario)
     _dump(directory / "inventory.yml", inventory(directory, names))
@@ -88,8 +90,12 @@ def inventory(directory: Path, names: list[str]) -> dict[str, Any]:
     hosts = {}
     for name in names:
         root = str(directory / "hosts" / name)
-        hosts[name] = {"exemplar_sysroot": root, "exemplar_boot_command": [
-            sys.executable, "-m", "exemplar_tune.sim.boot", root]}
+        hosts[name] = {"exemplar_sysroot": root,
+                       "exemplar_boot_command": [sys.executable, "-m", "exemplar_tune.sim.boot",
+                                                 root],
+                       "exemplar_bootloader_command": [sys.executable, "-m",
+                                                       "exemplar_tune.sim.boot", "--mkconfig",
+                                                       root]}
     return {"all": {"vars": {"ansible_connection": "local",
                              "ansible_python_interpreter": sys.executable},
                     "hosts": hosts}}

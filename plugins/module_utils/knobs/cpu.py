@@ -3,6 +3,7 @@ NUMA balancing and the BIOS policy behind the BMC."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
@@ -32,12 +33,13 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     clean_path,
     matching,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
     live_active,
     sysroot_changes,
 )
 
+SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
 BOOTLOADER = Setting("exemplar_bootloader_command", None,
@@ -179,6 +181,27 @@ def units_with_jobs(units: list[str], facts: dict[str, Any]) -> list[str]:
     return [unit for unit in units if unit in tops]
 
 
+def sysroot_effects(root: Sysroot, units: list[str], cpus: str) -> list[Change]:
+    """In a sysroot, what the kernel and systemd then report: each unit's effective cpuset
+    and the captured ``systemctl show`` (on a live host they follow by themselves)."""
+    changes: list[Change] = [AttrChange(f"sys/fs/cgroup/{u}/cpuset.cpus.effective", cpus)
+                             for u in units
+                             if root.exists(f"sys/fs/cgroup/{u}/cpuset.cpus.effective")]
+    text = root.read_optional(SYSTEMCTL_SHOW)
+    if text is None:
+        return changes
+    blocks = []
+    for block in (text + "\n").split("\n\n"):
+        if not block.strip():
+            continue
+        if f"Id={block.split('Id=', 1)[-1].splitlines()[0]}" in (f"Id={u}" for u in units):
+            block = re.sub(r"(?m)^(AllowedCPUs|EffectiveCPUs)=.*$",
+                           lambda m: f"{m.group(1)}={cpus.replace(',', ' ')}", block)
+        blocks.append(block.strip("\n"))
+    return changes + [FileChange(SYSTEMCTL_SHOW, ("\n\n".join(blocks) + "\n").encode(),
+                                 root.file_mode(SYSTEMCTL_SHOW) or 0o644)]
+
+
 def allowed_cpus_dropin(unit: str, cpus: str) -> bytes:
     """The drop-in ``systemctl set-property UNIT AllowedCPUs=...`` writes."""
     section = "Scope" if unit.endswith(".scope") else "Slice"
@@ -210,6 +233,8 @@ def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
                              if root.exists(f"sys/fs/cgroup/{u}/cpuset.cpus")]
     changes += [FileChange(f"/etc/systemd/system.control/{u}.d/50-AllowedCPUs.conf",
                            allowed_cpus_dropin(u, listed)) for u in units]
+    if not root.live:
+        changes += sysroot_effects(root, units, listed)
     rest = sorted(set(online_cpus(target.facts)) - set(house))
     if rest:
         path = clean_path(target.settings["cpu_irqbalance_path"], "cpu_irqbalance_path")
