@@ -24,11 +24,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
-    KNOBS,
     LAYERS,
     ROLE_LAYERS,
     get_knob,
     get_layer,
+    registered_knobs,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -59,17 +59,18 @@ def _plan(root: Path, layer: str, section: dict, variables: dict | None = None,
 # -- the registry -------------------------------------------------------------------------
 
 def test_every_knob_is_declared_once_under_its_layer():
-    assert len(KNOBS) == sum(len(layer.knobs) for layer in LAYERS)
+    assert len(registered_knobs()) == sum(len(layer.knobs) for layer in LAYERS)
     for layer in LAYERS:
         assert all(knob.layer == layer.name for knob in layer.knobs)
     assert ROLE_LAYERS == ("gpu", "vm", "cpu", "runtime", "fabric")
+    assert all(layer.has_role == bool(layer.knobs) for layer in LAYERS)
     assert get_knob("cpu.deep_cstates").reboot is False
     assert get_knob("cpu.cstate_cmdline").reboot is True
 
 
 def test_every_check_names_a_registered_knob():
     named = {c.knob for c in CHECKS if c.knob}
-    assert named and named <= set(KNOBS)
+    assert named and named <= set(registered_knobs())
 
 
 def test_a_check_naming_an_unregistered_knob_is_refused():
@@ -132,11 +133,14 @@ def test_housekeeping_refuses_units_that_hold_slurm_jobs(h100):
 
 def test_housekeeping_plans_cpusets_dropins_and_irqbalance(h100):
     changes = _plan(h100, "cpu", CPU, ALLOW_JOBS, ["housekeeping"])["housekeeping"]
+    units = ("system.slice", "user.slice", "init.scope")
     assert {c.path: c.value for c in changes if isinstance(c, AttrChange)} == {
-        f"sys/fs/cgroup/{u}/cpuset.cpus": "0,4" for u in ("system.slice", "user.slice",
-                                                          "init.scope")}
+        f"sys/fs/cgroup/{u}/cpuset.cpus{tail}": "0,4" for u in units
+        for tail in ("", ".effective")}  # in a sysroot the kernel's answer is modelled too
     irq = next(c for c in changes if c.path == "/etc/default/irqbalance")
     assert b'IRQBALANCE_BANNED_CPULIST="1-3,5-7"' in irq.content
+    show = next(c for c in changes if c.path.endswith("systemctl-show-slices.txt"))
+    assert show.content.decode().count("AllowedCPUs=0 4\nEffectiveCPUs=0 4\n") == 3
 
 
 @pytest.mark.parametrize(("cpus", "reason"), [("0-", "cpu.housekeeping_cpus"),
@@ -235,4 +239,4 @@ def test_readme_knob_table_lists_the_registry():
     rows = [line.split("|")[1].strip().strip("`") for line in
             (REPO / "README.md").read_text().splitlines()
             if line.startswith("| `") and line.count("|") == 5]
-    assert rows == list(KNOBS)
+    assert rows == list(registered_knobs())

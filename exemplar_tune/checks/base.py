@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import KNOBS, LAYER_NAMES
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    LAYER_NAMES,
+    registered_knobs,
+)
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 STATUSES = (FAIL, WARN, PASS, SKIP)  # worst first
@@ -56,12 +59,12 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
 
     ``risk`` is one line on what the finding costs; ``fix`` names the knob or the manual
     action (BIOS, hypervisor) that removes it; ``knob`` is the registered knob
-    (``layer.name`` in ``layers.KNOBS``) that does, when one exists.
+    (``layer.name`` in ``layers.registered_knobs()``) that does, when one exists.
     """
     layer = check_id.split(".", 1)[0]
     if layer not in LAYER_NAMES or severity not in SEVERITIES:
         raise ValueError(f"check {check_id}: bad layer or severity {severity!r}")
-    if knob is not None and knob not in KNOBS:
+    if knob is not None and knob not in registered_knobs():
         raise ValueError(f"check {check_id}: knob {knob!r} is not in the knob registry")
 
     def register(func: Callable[[Facts, Profile], Outcome]) -> Callable:

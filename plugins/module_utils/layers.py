@@ -3,69 +3,93 @@
 Everything that walks layers (the facts module, the CLI, the preflight and the tuning loop)
 reads :data:`LAYERS`; nothing else names them. Adding a layer is one entry here plus its
 gatherer, its knobs (``knobs/<layer>.py``), its role and checks. Each knob is declared once in
-``knobs/<layer>.py`` and listed here by its layer (:attr:`Layer.knobs`, :data:`KNOBS`).
+``knobs/<layer>.py`` and listed here by its layer (:attr:`Layer.knobs`,
+:func:`registered_knobs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import (
-    layer_cpu,
-    layer_fabric,
-    layer_gpu,
-    layer_runtime,
-    layer_vm,
-    layer_workload,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import cpu as cpu_knobs
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import fabric as fabric_knobs
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import gpu as gpu_knobs
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import runtime as runtime_knobs
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import vm as vm_knobs
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+if TYPE_CHECKING:
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
 
 
 @dataclass(frozen=True)
 class Layer:
-    """One layer of the stack: its name, what it covers and how its host facts are read."""
+    """One layer of the stack: its name, what it covers, how its facts are read, its knobs."""
 
     name: str
     title: str
     summary: str
-    gather: Callable[..., dict[str, Any]]
-    knobs: tuple[Knob, ...] = ()  # in the order they are planned and applied
+    has_role: bool = True  # roles/<name> applies and restores the layer's knobs
     options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
 
     @property
-    def has_role(self) -> bool:
-        """True when ``roles/<name>`` applies and restores the layer's knobs."""
-        return bool(self.knobs)
+    def gather(self) -> Callable[..., dict[str, Any]]:
+        """The layer's fact gatherer (``layer_<name>.gather``)."""
+        return _gatherers()[self.name]
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        """The layer's knobs, in the order they are planned and applied."""
+        return _knobs().get(self.name, ())
 
 
 LAYERS: tuple[Layer, ...] = (
     Layer("gpu", "GPU health", "count, model, driver, persistence, ECC, remapped rows, XIDs, "
-          "PCIe link, clock-event reasons", layer_gpu.gather, gpu_knobs.KNOBS),
-    Layer("vm", "Grace/VM readiness", "virtualisation, arch, IOMMU/SMMU, CMDQV evidence",
-          layer_vm.gather, vm_knobs.KNOBS),
+          "PCIe link, clock-event reasons"),
+    Layer("vm", "Grace/VM readiness", "virtualisation, arch, IOMMU/SMMU, CMDQV evidence"),
     Layer("cpu", "CPU power and placement", "C-states, PM-QoS, tuned, frequency policy, NUMA, "
-          "cpusets, isolation, IRQs, BIOS C-state policy (BMC)", layer_cpu.gather,
-          cpu_knobs.KNOBS, options=("bmc",)),
+          "cpusets, isolation, IRQs, BIOS C-state policy (BMC)", options=("bmc",)),
     Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
-          "configuration (enroot, pyxis)", layer_runtime.gather, runtime_knobs.KNOBS),
-    Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings",
-          layer_fabric.gather, fabric_knobs.KNOBS),
-    Layer("workload", "Workload", "benchmark results per workload shape", layer_workload.gather),
+          "configuration (enroot, pyxis)"),
+    Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings"),
+    Layer("workload", "Workload", "benchmark results per workload shape", has_role=False),
 )
 
 LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)
 ROLE_LAYERS: tuple[str, ...] = tuple(layer.name for layer in LAYERS if layer.has_role)
-KNOBS: dict[str, Knob] = {knob.id: knob for layer in LAYERS for knob in layer.knobs}
 # Journal scopes that are not layers: what the slurm_prolog role installs.
 JOURNAL_SCOPES: tuple[str, ...] = (*LAYER_NAMES, "slurm_prolog")
+
+
+# The gatherers and knobs are imported on first use, so that a module needing only the
+# names (the knob modules) or only the facts (the facts module) compiles no more than that.
+
+def _gatherers() -> dict[str, Callable[..., dict[str, Any]]]:
+    from ansible_collections.exemplar.tune.plugins.module_utils import (
+        layer_cpu,
+        layer_fabric,
+        layer_gpu,
+        layer_runtime,
+        layer_vm,
+        layer_workload,
+    )
+    return {"gpu": layer_gpu.gather, "vm": layer_vm.gather, "cpu": layer_cpu.gather,
+            "runtime": layer_runtime.gather, "fabric": layer_fabric.gather,
+            "workload": layer_workload.gather}
+
+
+def _knobs() -> dict[str, tuple[Knob, ...]]:
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
+        cpu,
+        fabric,
+        gpu,
+        runtime,
+        vm,
+    )
+    return {"gpu": gpu.KNOBS, "vm": vm.KNOBS, "cpu": cpu.KNOBS, "runtime": runtime.KNOBS,
+            "fabric": fabric.KNOBS}
+
+
+def registered_knobs() -> dict[str, Knob]:
+    """Every knob by ``layer.name``, in layer order."""
+    return {knob.id: knob for layer in LAYERS for knob in layer.knobs}
 
 
 class UnknownLayer(ValueError):
@@ -82,9 +106,10 @@ def get_layer(name: str) -> Layer:
 
 def get_knob(knob_id: str) -> Knob:
     """The knob ``layer.name``; ``KeyError`` (naming the valid ones) otherwise."""
-    if knob_id not in KNOBS:
-        raise KeyError(f"unknown knob {knob_id!r}; registered: {', '.join(KNOBS)}")
-    return KNOBS[knob_id]
+    knobs = registered_knobs()
+    if knob_id not in knobs:
+        raise KeyError(f"unknown knob {knob_id!r}; registered: {', '.join(knobs)}")
+    return knobs[knob_id]
 
 
 def select_layers(names: list[str] | None) -> list[Layer]:
