@@ -285,7 +285,8 @@ def test_unreachable_bmc_is_a_clear_error(work):
     out = cli(work, "apply", "--layer", "cpu", "-i", str(inv), "--profile", str(work["profile"]),
               "--check")
     assert out.returncode == 1
-    assert f"node1: FAILED: https://127.0.0.1:{port}: cannot connect: Connection refused" in \
+    assert (f"node1: FAILED: cpu.bios: https://127.0.0.1:{port}: cannot connect: Connection "
+            "refused") in \
         out.stdout
 
 
@@ -294,7 +295,8 @@ def test_untrusted_certificate_then_pinned_ca(bmc, work, tls):
     out = cli(work, "apply", "--layer", "cpu", "-i", str(inv), "--profile", str(work["profile"]),
               "--check")
     assert out.returncode == 1
-    assert (f"node1: FAILED: {bmc.url}: TLS certificate not trusted (self-signed certificate): "
+    assert (f"node1: FAILED: cpu.bios: {bmc.url}: TLS certificate not trusted (self-signed "
+            "certificate): "
             "pin the BMC's CA with exemplar_bmc_ca=/path/ca.pem") in out.stdout
     pinned = inventory(work, bmc.address, exemplar_bmc_ca=str(tls[0]))
     assert cpu_facts(work, pinned)["bios"]["vendor"] == "dell"
@@ -310,7 +312,7 @@ def test_unknown_vendor_is_read_raw_and_never_changed(generic_bmc, work, tls):
     before = generic_bmc.state_bytes()
     out = cli(work, "apply", "--layer", "cpu", "-i", str(inv), "--profile", str(work["profile"]))
     assert out.returncode == 1
-    assert (f"node1: FAILED: {generic_bmc.url}: BMC vendor unknown (manufacturer 'Sushy "
+    assert (f"node1: FAILED: cpu.bios: {generic_bmc.url}: BMC vendor unknown (manufacturer 'Sushy "
             "Emulator'): BIOS attributes are reported raw but not changed") in out.stdout
     assert generic_bmc.state_bytes() == before
 

@@ -16,7 +16,11 @@ import configparser
 import re
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change, FileChange
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    Change,
+    CommandChange,
+    FileChange,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.cpuidle import Problems
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     HostStateError,
@@ -170,3 +174,22 @@ def sysroot_changes(root: Sysroot, profile: str) -> list[Change]:
     return [FileChange(ACTIVE_PROFILE, f"{profile}\n".encode(),
                        root.file_mode(ACTIVE_PROFILE) or 0o644),
             FileChange(PROFILE_MODE, b"manual\n", root.file_mode(PROFILE_MODE) or 0o644)]
+
+
+def active_profile(root: Sysroot) -> str | None:
+    """The active profile(s) written in a sysroot (``None``: none)."""
+    text = root.read_optional(ACTIVE_PROFILE)
+    return " ".join(text.split()) if text else None
+
+
+def plan_switch(root: Sysroot, names: list[str]) -> list[Change]:
+    """The changes that make ``names`` tuned's active profile: the files ``tuned-adm profile``
+    writes in a sysroot; live, ``tuned-adm profile`` itself, undone by the previous profile
+    (or ``tuned-adm off``). tuned keeps running either way."""
+    profile = " ".join(names)
+    if not root.live:
+        return sysroot_changes(root, profile)
+    previous = live_active()
+    undo = ["tuned-adm", "profile", *previous.split()] if previous else ["tuned-adm", "off"]
+    return [CommandChange("tuned-adm profile", previous or "", profile,
+                          ["tuned-adm", "profile", *names], undo)]

@@ -8,8 +8,9 @@ module: kernel_cmdline
 short_description: Remove or add kernel command-line arguments for the next boot, journaled
 description:
   - Edits C(GRUB_CMDLINE_LINUX) and C(GRUB_CMDLINE_LINUX_DEFAULT) in C(/etc/default/grub)
-    (removal from both, additions to C(GRUB_CMDLINE_LINUX)), then regenerates the bootloader
-    configuration on a live host (C(update-grub), else C(grub2-mkconfig)).
+    (removal from both, additions to C(GRUB_CMDLINE_LINUX)), then rebuilds the bootloader
+    configuration (C(update-grub), else C(grub2-mkconfig)) as a journaled step that
+    M(exemplar.tune.restore) runs again once the defaults file is back.
   - Always reports C(reboot_required) when something changed; the running kernel keeps its
     arguments until the host reboots.
 version_added: "0.1.0"
@@ -29,8 +30,9 @@ options:
     type: dict
     default: {}
   regenerate:
-    description: Command that rebuilds the bootloader configuration (live hosts only); default
-      C(update-grub) when present, else C(grub2-mkconfig -o /boot/grub2/grub.cfg).
+    description: Command that rebuilds the bootloader configuration; default on a live host
+      C(update-grub) when present, else C(grub2-mkconfig -o /boot/grub2/grub.cfg). With a
+      C(sysroot) it runs only when given (otherwise the rebuild is recorded, not run).
     type: list
     elements: str
 extends_documentation_fragment:
@@ -53,27 +55,11 @@ reboot_required:
   type: bool
 """
 
-import shutil
-
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import FileChange
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import edit_grub
+from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
     knob_module,
     run_knob,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
-
-
-def regenerate_command(params: dict) -> list[str] | None:
-    """The bootloader rebuild command for a live host, or ``None`` when none is known."""
-    if params["regenerate"]:
-        return params["regenerate"]
-    if shutil.which("update-grub"):
-        return ["update-grub"]
-    if shutil.which("grub2-mkconfig"):
-        return ["grub2-mkconfig", "-o", "/boot/grub2/grub.cfg"]
-    return None
 
 
 def main() -> None:
@@ -87,28 +73,8 @@ def main() -> None:
     params = module.params
     params["reboot_required"] = True
     add = {str(k): None if v is None else str(v) for k, v in params["add"].items()}
-    live = params["sysroot"] == "/"
-
-    def plan(root: Sysroot) -> list[FileChange]:
-        try:
-            text = root.read_text(params["path"], strip=False)
-        except NotSupported:
-            if not add:
-                return []  # no bootloader defaults: nothing to remove
-            raise
-        new = edit_grub(text, params["remove"], add)
-        return [FileChange(params["path"], new.encode(), root.file_mode(params["path"]) or 0o644)]
-
-    def regenerate() -> dict[str, str | None]:
-        argv = regenerate_command(params) if live else None
-        if argv is None:
-            return {"regenerated": None}
-        out = run_command(argv)
-        if out.rc != 0:
-            module.warn(f"{' '.join(argv)} failed (exit {out.rc}); run it before rebooting")
-        return {"regenerated": " ".join(argv)}
-
-    run_knob(module, plan, after_change=regenerate, regenerated=None)
+    run_knob(module, lambda root: plan_cmdline(root, params["path"], params["remove"], add,
+                                               params["regenerate"]))
 
 
 if __name__ == "__main__":

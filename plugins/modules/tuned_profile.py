@@ -50,7 +50,6 @@ changes:
 
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     Change,
-    CommandChange,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
@@ -62,11 +61,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
-    ACTIVE_PROFILE,
+    active_profile,
     find_profile,
-    live_active,
     parse_active_profile,
-    sysroot_changes,
+    plan_switch,
 )
 
 
@@ -75,7 +73,6 @@ def main() -> None:
     module = knob_module({"profile": {"type": "str", "required": True}})
     params = module.params
     profile = " ".join(params["profile"].split())
-    live = params["sysroot"] == "/"
     previous: list[str | None] = [None]
 
     def plan(root: Sysroot) -> list[Change]:
@@ -87,17 +84,9 @@ def main() -> None:
             if missing:
                 raise NotSupported(root.display(f"etc/tuned/{missing[0]}/tuned.conf"),
                                    "profile not found; write it before switching to it")
-        if not live:
-            text = root.read_optional(ACTIVE_PROFILE)
-            previous[0] = " ".join(text.split()) if text else None
-            return sysroot_changes(root, profile)
-        previous[0] = live_active()
-        if previous[0] is None:
-            undo = ["tuned-adm", "off"]
-        else:
-            undo = ["tuned-adm", "profile", *previous[0].split()]
-        return [CommandChange("tuned-adm profile", previous[0] or "", profile,
-                              ["tuned-adm", "profile", *names], undo)]
+        changes = plan_switch(root, names)
+        previous[0] = (changes[-1].current or None) if root.live else active_profile(root)
+        return changes
 
     run_knob(module, plan, previous=lambda: previous[0])
 

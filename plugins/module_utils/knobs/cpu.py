@@ -9,7 +9,6 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     AttrChange,
     Change,
-    CommandChange,
     FileChange,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
@@ -34,10 +33,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     matching,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
-    live_active,
-    sysroot_changes,
-)
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned import plan_switch
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
@@ -131,13 +127,8 @@ def plan_tuned_profile(root: Sysroot, target: Target) -> list[Change]:
             "exemplar-tune restore.\n[main]\n"
             f"summary={', '.join(active)} without force_latency (deep C-states allowed)\n"
             f"include={','.join(active)}\n\n[cpu]\nforce_latency=none\n")
-    changes: list[Change] = [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode())]
-    if not root.live:
-        return changes + sysroot_changes(root, child)
-    previous = live_active()
-    undo = ["tuned-adm", "profile", *previous.split()] if previous else ["tuned-adm", "off"]
-    return changes + [CommandChange("tuned-adm profile", previous or "", child,
-                                    ["tuned-adm", "profile", child], undo)]
+    return [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode()),
+            *plan_switch(root, [child])]
 
 
 def plan_governor(root: Sysroot, target: Target) -> list[Change]:
