@@ -24,6 +24,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
+    LAYER_NAMES,
     LAYERS,
     ROLE_LAYERS,
     get_knob,
@@ -94,10 +95,18 @@ def test_role_argument_specs_document_every_knob_variable_with_its_default(layer
                 assert options[setting.name]["default"] == setting.default, setting.name
 
 
-def test_knob_modules_offer_the_registry_scopes_as_layer_choices():
-    doc = yaml.safe_load((REPO / "plugins/doc_fragments/knob.py").read_text().split(
-        'DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
-    assert tuple(doc["options"]["layer"]["choices"]) == JOURNAL_SCOPES
+def _documentation(path: str) -> dict:
+    return yaml.safe_load((REPO / path).read_text().split('DOCUMENTATION = r"""', 1)[1]
+                          .split('"""', 1)[0])
+
+
+def test_module_docs_offer_the_registry_as_layer_choices():
+    knob = _documentation("plugins/doc_fragments/knob.py")["options"]["layer"]["choices"]
+    assert tuple(knob) == JOURNAL_SCOPES
+    layer = _documentation("plugins/modules/layer.py")["options"]["layers"]["choices"]
+    assert tuple(layer) == ROLE_LAYERS
+    facts = _documentation("plugins/modules/facts.py")["options"]["layers"]
+    assert tuple(facts["choices"]) == tuple(facts["default"]) == LAYER_NAMES
 
 
 # -- planners -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
+    LAYERS,
     UnknownLayer,
     gather_facts,
 )
@@ -36,12 +37,12 @@ from exemplar_tune.checks.base import FAIL
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.facts import facts_from_sysroot
 from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import load_profile
+from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
 from exemplar_tune.slurm.commands import SlurmError, program, run_client
 
 REASON_PREFIX = "exemplar:"
 ERROR_REASON = f"{REASON_PREFIX}prolog-error"
-HOST_LAYERS = [name for name in LAYER_NAMES if name != "workload"]  # read on the node
+HOST_LAYERS = [layer.name for layer in LAYERS if layer.reads_host]  # read on the node
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,9 @@ def check_node(context: JobContext, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _profile_name(requested: str, facts: dict[str, Any]) -> str:
-    if requested != "auto":
+    if requested != AUTO:
         return requested
-    return "gb200-grace" if (facts.get("vm") or {}).get("arch") == "aarch64" else "h100-x86"
+    return profile_for_arches({(facts.get("vm") or {}).get("arch")})
 
 
 def drain_self(context: JobContext, reason: str) -> None:

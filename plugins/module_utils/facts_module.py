@@ -8,6 +8,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
     gather_facts,
+    get_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
@@ -18,7 +19,7 @@ SYSROOT_OPTION = {"type": "path", "default": "/"}
 def run_facts_module(fixed_layers: list[str] | None = None) -> None:
     """Run a facts module: ``facts`` (``layers`` option) or one layer's (``fixed_layers``)."""
     spec: dict = {"sysroot": dict(SYSROOT_OPTION)}
-    if fixed_layers is None or "cpu" in fixed_layers:  # the layers that read the BMC
+    if fixed_layers is None or any("bmc" in get_layer(n).options for n in fixed_layers):
         spec["bmc"] = dict(BMC_OPTION)
     if fixed_layers is None:
         spec["layers"] = {"type": "list", "elements": "str", "default": list(LAYER_NAMES),

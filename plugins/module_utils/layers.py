@@ -27,6 +27,7 @@ class Layer:
     title: str
     summary: str
     has_role: bool = True  # roles/<name> applies and restores the layer's knobs
+    reads_host: bool = True  # False: recorded by the controller, not read from hosts
     options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
 
     @property
@@ -49,7 +50,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
           "configuration (enroot, pyxis)"),
     Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings"),
-    Layer("workload", "Workload", "benchmark results per workload shape", has_role=False),
+    Layer("workload", "Workload", "benchmark results per workload shape", has_role=False,
+          reads_host=False),
 )
 
 LAYER_NAMES: tuple[str, ...] = tuple(layer.name for layer in LAYERS)

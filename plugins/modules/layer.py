@@ -22,10 +22,11 @@ version_added: "0.2.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
   layers:
-    description: Layers to apply, in the order given (C(gpu), C(vm), C(cpu), C(runtime), C(fabric)).
+    description: Layers to apply, in the order given; the layer registry's layers with knobs.
     type: list
     elements: str
     required: true
+    choices: [gpu, vm, cpu, runtime, fabric]
   profile:
     description: The exemplar-tune profile; each layer reads its own section.
     type: dict
