@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Wall time of ``preflight`` and ``audit`` per host, local and over real SSH, against ``ping``.
+"""Wall time of ``preflight``, ``audit`` and ``apply`` per host, local and over real SSH,
+against ``ping``.
 
 For each inventory size it runs ``ansible all -m ping``, ``exemplar-tune preflight`` (all
-layers) and ``exemplar-tune audit`` (every role in check mode) on the same inventory, in turn
-(interleaved, ``--repeat`` rounds, median kept), and prints wall times, time per host and the
-ratio to ping. Two transports:
+layers), ``exemplar-tune audit`` (every layer in check mode: one module call per host) and
+``exemplar-tune apply --layer cpu`` (one layer, journaled; the hosts already match, so it
+plans, compares and writes nothing) on the same inventory, in turn (interleaved, ``--repeat``
+rounds, median kept), and prints wall times, time per host and the ratio to ping. Two
+transports:
 
 * ``local``: N local-connection hosts: the module cost.
 * ``ssh``: N network namespaces with their own sshd (``tests/sshfleet.py``; root needed).
@@ -56,7 +59,7 @@ PROFILE = {"name": "bench-h100",
            "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
 # the fixture trees keep their Slurm job under system.slice: allow confining it (as the tests)
 HOSTVARS = {"cpu_housekeeping_allow_job_units": True}
-COMMANDS = ("ping", "preflight", "audit")
+COMMANDS = ("ping", "preflight", "audit", "apply")
 BIN = Path(sys.executable).parent
 
 
@@ -153,8 +156,9 @@ def argv_for(command: str, inventory: Path, profile: Path, forks: int) -> list[s
     if command == "ping":
         return [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping",
                 "-f", str(forks), "-o"]
-    return [str(BIN / "exemplar-tune"), command, "-i", str(inventory), "--format", "json",
-            "--forks", str(forks), "--profile", str(profile)]
+    layer = ["--layer", "cpu"] if command == "apply" else []
+    return [str(BIN / "exemplar-tune"), command, *layer, "-i", str(inventory), "--format",
+            "json", "--forks", str(forks), "--profile", str(profile)]
 
 
 def check_output(command: str, count: int, out: subprocess.CompletedProcess[str]) -> None:

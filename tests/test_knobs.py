@@ -17,7 +17,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     FileChange,
     Regenerate,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text, plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     plan_layer,
@@ -249,3 +251,29 @@ def test_readme_knob_table_lists_the_registry():
             (REPO / "README.md").read_text().splitlines()
             if line.startswith("| `") and line.count("|") == 5]
     assert rows == list(registered_knobs())
+
+
+@pytest.mark.parametrize("value", ["$(touch {marker})", "`touch {marker}`", '"; touch {marker}; "',
+                                   "\\$(touch {marker})"])
+def test_shell_env_values_are_literal_when_the_file_is_sourced(tmp_path, value):
+    """A value written in the shell syntax is read back as written by sh, and runs nothing."""
+    marker = tmp_path / "ran"
+    value = value.format(marker=marker)
+    text = edit_text("", {"KEY": value}, "shell")
+    out = subprocess.run(["sh", "-c", '. "$0"; printf %s "$KEY"', str(_write(tmp_path, text))],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == value and not marker.exists()
+    assert edit_text(text, {"KEY": value}, "shell") == text  # read back as the same value
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "env"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("settings", "what"), [({"KEY": "a\nEVIL=1"}, "KEY"),
+                                                ({"KEY=1\nEVIL": "x"}, "key")])
+def test_env_file_refuses_values_and_keys_that_add_lines(h100, settings, what):
+    with pytest.raises(KnobInputError, match=what):
+        plan_env_file(Sysroot(str(h100)), "/etc/default/irqbalance", settings, "shell")

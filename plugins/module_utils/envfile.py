@@ -1,11 +1,16 @@
-"""Editing ``KEY=VALUE`` files while keeping every other byte as it was.
+r"""Editing ``KEY=VALUE`` files while keeping every other byte as it was.
 
 Two syntaxes:
 
 * ``nccl`` -- NCCL's own rules for ``/etc/nccl.conf`` (``src/misc/param.cc``): ``KEY=VALUE``
   per line, ``#`` only at column 0, no whitespace trimming, the first definition wins.
 * ``shell`` -- ``/etc/default/*`` and systemd ``EnvironmentFile=`` style: optional ``export``,
-  values may be quoted, the last definition wins; values are written double-quoted.
+  values may be quoted, the last definition wins; values are written double-quoted with
+  ``\``, ``"``, ``$`` and backquote escaped, so a shell that sources the file (and systemd,
+  which honours the same escapes) reads the value literally: nothing in it is expanded or run.
+
+Keys must be names and values one line (:func:`plan_env_file` refuses anything else), so no
+value can add a line or change the file's syntax.
 
 Setting a key rewrites only its effective line (or appends one); unsetting removes every line
 that defines it. Comments, blank lines, other keys and line endings are kept byte for byte.
@@ -18,9 +23,13 @@ import shlex
 
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change, FileChange
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import matching, one_line
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 SHELL_KEY = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SHELL_SPECIAL = re.compile(r'([\\"$`])')
+DOUBLE_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*$')
 
 
 def line_key(line: str, syntax: str) -> str | None:
@@ -38,13 +47,16 @@ def render_line(key: str, value: str, syntax: str, newline: str) -> str:
     """One ``KEY=VALUE`` line in ``syntax``."""
     if syntax == "nccl":
         return f"{key}={value}{newline}"
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = SHELL_SPECIAL.sub(r"\\\1", value)
     return f'{key}="{escaped}"{newline}'
 
 
 def line_value(line: str, syntax: str) -> str:
     """The value a line assigns, as the file's reader sees it (shell: quotes removed)."""
     value = line.rstrip("\r\n").split("=", 1)[1]
+    quoted = DOUBLE_QUOTED.match(value) if syntax == "shell" else None
+    if quoted:
+        return re.sub(r'\\([\\"$`])', r"\1", quoted.group(1))
     if syntax == "shell":
         try:
             words = shlex.split(value)
@@ -82,6 +94,10 @@ def edit_text(text: str, settings: dict[str, str | None], syntax: str) -> str:
 def plan_env_file(root: Sysroot, path: str, settings: dict[str, str | None],
                   syntax: str) -> list[Change]:
     """``path`` with ``settings`` set (``None``: removed), every other byte kept."""
+    for key, value in settings.items():
+        matching(key, KEY, f"{path}: key")
+        if value is not None:
+            one_line(value, f"{path}: {key}")
     try:
         current = root.read_bytes(path)
     except NotSupported:
