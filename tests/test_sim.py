@@ -73,15 +73,65 @@ def test_boot_follows_the_kernel_command_line(gb300, tmp_path):
     grub = host / "etc/default/grub"
     grub.write_text(grub.read_text().replace(" arm_smmu_v3.disable_cmdqv=1", ""))
     assert host_state(str(host))["cmdqv_missing"], "a grub edit alone changes nothing"
-    out = subprocess.run([sys.executable, "-m", "exemplar_tune.sim.boot", str(host)],
-                         capture_output=True, text=True, env=cli_env(), check=True)
+    _sim_boot(host)
+    assert "disable_cmdqv" in (host / "proc/cmdline").read_text(), \
+        "the next boot reads grub.cfg: the defaults file alone (no update-grub) changes nothing"
+    assert "generated" in _sim_boot(host, "--mkconfig")
+    assert "booted" in _sim_boot(host)
     assert "disable_cmdqv" not in (host / "proc/cmdline").read_text()
-    assert "booted" in out.stdout
     assert not host_state(str(host))["cmdqv_missing"]
     facts = json.loads(cli("facts", "--sysroot", str(host), "--layer", "vm", "--format",
                            "json").stdout)
     assert facts["vm"]["cmdqv"]["state"] == "active"
-    assert (host / ".exemplar/sim/boots").read_text() == "2\n"  # create booted it once
+    assert (host / ".exemplar/sim/boots").read_text() == "3\n"  # create booted it once
+
+
+def _sim_boot(host, *options):
+    return subprocess.run([sys.executable, "-m", "exemplar_tune.sim.boot", *options, str(host)],
+                          capture_output=True, text=True, env=cli_env(), check=True).stdout
+
+
+def _copy_cluster(gb300, tmp_path):
+    """A private copy of the shared cluster, its inventory pointing at the copy."""
+    directory = tmp_path / "cluster"
+    subprocess.run(["cp", "-a", str(gb300), str(directory)], check=True)
+    inventory = directory / "inventory.yml"
+    inventory.write_text(inventory.read_text().replace(str(gb300), str(directory)))
+    return directory
+
+
+def test_kernel_arguments_reach_the_next_boot_through_the_rebuild_and_leave_with_restore(
+        gb300, tmp_path):
+    """apply regenerates grub.cfg (journaled), restore regenerates it again from the restored
+    defaults: the boot after each follows."""
+    cluster = _copy_cluster(gb300, tmp_path)
+    host = cluster / "hosts/node01"
+    grub_cfg = (host / "boot/grub/grub.cfg").read_text()
+    ledger = str(tmp_path / "ledger.db")
+    out = cli("apply", "--layer", "vm", "-i", str(cluster / "inventory.yml"), "--profile",
+              str(cluster / "profile.yaml"), "--ledger", ledger, "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "disable_cmdqv" not in (host / "boot/grub/grub.cfg").read_text()
+    _sim_boot(host)
+    assert not host_state(str(host))["cmdqv_missing"]
+    out = cli("restore", "--run", "latest", "--ledger", ledger)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (host / "boot/grub/grub.cfg").read_text() == grub_cfg
+    _sim_boot(host)
+    assert host_state(str(host))["cmdqv_missing"]
+
+
+def test_after_applying_the_cpu_layer_preflight_agrees_with_audit(gb300, tmp_path):
+    cluster = _copy_cluster(gb300, tmp_path)
+    common = ["-i", str(cluster / "inventory.yml"), "--profile", str(cluster / "profile.yaml")]
+    out = cli("apply", "--layer", "cpu", *common, "--ledger", str(tmp_path / "l.db"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    audit = cli("audit", "--layer", "cpu", *common, "--format", "json")
+    assert json.loads(audit.stdout)["drift"] == [] and audit.returncode == 0
+    doc = json.loads(cli("preflight", *common, "--layer", "cpu", "--format", "json").stdout)
+    bad = {(g["id"], g["status"]) for g in doc["groups"] if g["status"] in ("fail", "warn")}
+    assert ("cpu.housekeeping-overlap", "warn") not in bad
+    assert not any(check.startswith(("cpu.deep-cstates", "cpu.housekeeping")) for check, _ in bad)
 
 
 def test_training_output_is_megatron_and_follows_the_state(gb300, tmp_path):
