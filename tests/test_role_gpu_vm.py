@@ -325,5 +325,5 @@ def test_vm_unknown_domain_fails_before_any_change(gb200):
     assert host.status == "failed"
     assert host.message == ("vm.iommu_passthrough: vm.iommu_default_domain: 'dma' on "
                             "architecture aarch64: known are identity, DMA, DMA-FQ on aarch64 "
-                            "and x86_64")
+                            "and x86_64; nothing was changed")
     assert tree_hash(gb200) == pristine
