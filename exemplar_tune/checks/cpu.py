@@ -15,6 +15,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     parse_cpulist,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import online_cpus
 
 from exemplar_tune.checks.base import (
     FAIL,
@@ -72,13 +73,11 @@ def _guest(facts: Facts) -> bool | None:
 
 
 def _online(cpu: dict[str, Any]) -> set[int] | None:
-    """Online CPUs: the root cpuset, else the union of the NUMA nodes' CPUs."""
-    root = ((cpu.get("cgroup") or {}).get("root") or {}).get("effective")
-    if _cpus(root):
-        return _cpus(root)
-    nodes = (cpu.get("numa") or {}).get("nodes") or []
-    found = set().union(*(_cpus(n.get("cpulist")) or set() for n in nodes))
-    return found or None
+    """Online CPUs as the housekeeping knob sees them (None: unknown)."""
+    try:
+        return set(online_cpus(cpu)) or None
+    except ParseError:
+        return None
 
 
 def _job_cpus(cpu: dict[str, Any]) -> dict[int | str, set[int]] | None:

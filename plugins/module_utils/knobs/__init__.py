@@ -47,6 +47,12 @@ class Target:
 
 
 Planner = Callable[[Sysroot, Target], list[Change]]
+
+# Shared by every knob that changes kernel arguments (cpu.cstate_cmdline, vm.*).
+BOOTLOADER = Setting("exemplar_bootloader_command", None,
+                     "Command that rebuilds the bootloader configuration after a kernel-argument "
+                     "change (argv list); default update-grub or grub2-mkconfig on a live host, "
+                     "nothing (recorded only) in a sysroot.")
 AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
 
 

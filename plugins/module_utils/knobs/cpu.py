@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.cgroup import HOUSEKEEPING_UNITS
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     AttrChange,
     Change,
@@ -19,6 +20,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
+    BOOTLOADER,
     Knob,
     KnobInputError,
     Setting,
@@ -38,10 +40,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.tuned import plan_sw
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
-BOOTLOADER = Setting("exemplar_bootloader_command", None,
-                     "Command that rebuilds the bootloader configuration after a kernel-argument "
-                     "change (argv list); default update-grub or grub2-mkconfig on a live host, "
-                     "nothing (recorded only) in a sysroot.")
 GRUB_PATH = Setting("cpu_grub_defaults_path", "/etc/default/grub",
                     "Bootloader defaults file holding the kernel command line.")
 
@@ -62,8 +60,9 @@ def state_names(target: Target) -> list[str]:
 def udev_rule(names: list[str], indices: list[int]) -> bytes:
     """A udev rule that enables the named idle states on every CPU as it appears or comes online.
 
-    One line per state index, matched by the state's name (never by index alone); no shell,
-    no program: udev writes the attribute itself.
+    One line per state index and name, matched by the state's name (never by index alone, so
+    a CPU whose states are numbered differently still gets the right one); no shell, no
+    program: udev writes the attribute itself.
     """
     lines = ["# Managed by exemplar-tune (layer cpu, knob deep_cstates); put back by "
              "exemplar-tune restore.",
@@ -88,10 +87,10 @@ def plan_deep_cstates(root: Sysroot, target: Target) -> list[Change]:
     changes: list[Change] = []
     indices: set[int] = set()
     for directory in root.glob(IDLE_DIRS):
+        indices.add(int(directory.rsplit("state", 1)[1]))
         if root.read_optional(f"{directory}/name") in names and \
                 root.exists(f"{directory}/disable"):
             changes.append(AttrChange(f"{directory}/disable", "0"))
-            indices.add(int(directory.rsplit("state", 1)[1]))
     states = (target.facts.get("cpuidle") or {}).get("states") or []
     if any(s.get("name") in names and s.get("default_status") == "disabled" for s in states):
         path = clean_path(target.settings["cpu_cstates_udev_rule_path"],
@@ -288,7 +287,7 @@ KNOBS: tuple[Knob, ...] = (
          "irqbalance", plan_housekeeping, ("housekeeping_confined", "housekeeping_cpus"),
          {"cpu_housekeeping_confined": "housekeeping_confined",
           "cpu_housekeeping_cpus": "housekeeping_cpus"},
-         (Setting("cpu_housekeeping_units", ["system.slice", "user.slice", "init.scope"],
+         (Setting("cpu_housekeeping_units", list(HOUSEKEEPING_UNITS),
                   "Units confined to the housekeeping CPUs."),
           Setting("cpu_housekeeping_allow_job_units", False,
                   "Confine a unit even when Slurm job cgroups live below it."),

@@ -7,12 +7,12 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
 from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
+    BOOTLOADER,
     Knob,
     KnobInputError,
     Setting,
     Target,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import BOOTLOADER
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     WORD,
     clean_path,
