@@ -53,8 +53,8 @@ def h100(tmp_path: Path) -> Path:
 def _plan(root: Path, layer: str, section: dict, variables: dict | None = None,
           only: list[str] | None = None) -> dict[str, list]:
     before = tree_hash(root)
-    planned, _facts = plan_layer(Sysroot(str(root)), get_layer(layer), {layer: section},
-                                 variables or {}, only)
+    planned = plan_layer(Sysroot(str(root)), get_layer(layer), {layer: section},
+                         variables or {}, only)
     assert tree_hash(root) == before  # planning never writes
     return {knob.name: changes for knob, _target, changes in planned}
 

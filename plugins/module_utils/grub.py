@@ -20,6 +20,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSup
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
+LABEL = "bootloader configuration"
 
 
 def read_variable(text: str, name: str) -> str | None:
@@ -78,8 +79,9 @@ def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str
 
     The rebuild is a journaled :class:`Regenerate` step, so restore reruns it once the
     defaults file is back. It runs on a live host (``command``, else ``update-grub`` or
-    ``grub2-mkconfig``); in a sysroot only when ``command`` is given, otherwise it is recorded
-    as not run. A missing defaults file means nothing to remove (and is an error to add to).
+    ``grub2-mkconfig``; neither is an error); in a sysroot only when ``command`` is given,
+    otherwise it is recorded as not run. A missing defaults file means nothing to remove (and
+    is an error to add to).
     """
     try:
         text = root.read_text(path, strip=False)
@@ -89,10 +91,10 @@ def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str
         raise
     new = edit_grub(text, remove, add)
     argv = bootloader_command(command) if root.live else command
-    changes: list[Change] = [FileChange(path, new.encode(), root.file_mode(path) or 0o644)]
-    label = "bootloader configuration"
-    if argv:
-        changes.append(Regenerate(label, tuple(argv)))
-    else:
-        changes.append(Regenerate(label, ("update-grub",), run=False))
-    return changes
+    if root.live and not argv:
+        raise NotSupported("bootloader configuration", "neither update-grub nor grub2-mkconfig "
+                           "found: set exemplar_bootloader_command (a change the next boot "
+                           "would not see is not made)")
+    rebuild = Regenerate(LABEL, tuple(argv)) if argv else Regenerate(LABEL, ("update-grub",),
+                                                                     run=False)
+    return [FileChange(path, new.encode(), root.file_mode(path) or 0o644), rebuild]

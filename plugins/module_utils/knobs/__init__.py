@@ -63,7 +63,9 @@ class Knob:
     ``profile_keys`` are read from the profile's ``<layer>`` section; ``overrides`` maps role
     variables to the profile key they override (a null variable means "from the profile").
     ``after`` (optional) reads the state back once every change of the layer was made and
-    raises ``HostStateError`` when the host did not take it.
+    raises ``HostStateError`` when the host did not take it. ``advice`` (optional) returns
+    the actions outside the host the knob's target needs (a hypervisor setting), reported
+    with the result.
     """
 
     layer: str
@@ -76,6 +78,7 @@ class Knob:
     facts: tuple[str, ...] = ()
     reboot: bool = False
     after: AfterCheck | None = None
+    advice: Callable[[Target], list[dict[str, Any]]] | None = None
     switched: bool = True  # False: no switch variable (its override already is one)
 
     @property

@@ -25,7 +25,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.vm import manual_actions
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
 
@@ -92,10 +91,10 @@ def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | Non
 
 def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
                variables: dict[str, Any], only: list[str] | None = None,
-               bmc: Any = None) -> tuple[list[tuple[Knob, Target, list[Change]]], dict]:
-    """Every enabled knob of ``layer`` with its target and changes, and the layer's facts."""
+               bmc: Any = None) -> list[tuple[Knob, Target, list[Change]]]:
+    """Every enabled knob of ``layer`` with its target and its changes."""
     knobs = enabled_knobs(layer, variables, only)
-    facts = layer.gather(root) if any(k.facts for k in knobs) or layer.name == "vm" else {}
+    facts = layer.gather(root) if any(k.facts for k in knobs) else {}
     section = profile.get(layer.name) or {}
     view = PlannedRoot(root)
     planned = []
@@ -107,7 +106,7 @@ def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
             raise LayerFailed(knob.id, exc.path, exc.reason + "; nothing was changed") from None
         view.add(changes)
         planned.append((knob, target, changes))
-    return planned, facts
+    return planned
 
 
 def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict[str, Any],
@@ -120,7 +119,7 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
     Raises :class:`LayerFailed` with the layer put back.
     """
     layer = get_layer(name)
-    planned, facts = plan_layer(root, layer, profile, variables, only, bmc)
+    planned = plan_layer(root, layer, profile, variables, only, bmc)
     try:
         results = apply_knobs(root, {k.name: c for k, _t, c in planned}, journal, name,
                               check_mode)
@@ -129,10 +128,10 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
     if not check_mode:
         _read_back(root, journal, planned, results, connect)
     knobs = [_knob_result(knob, results[knob.name]) for knob, _t, _c in planned]
-    require = bool((profile.get("vm") or {}).get("require_cmdqv")) if name == "vm" else False
     return {"layer": name, "changed": any(k["changed"] for k in knobs),
             "reboot_required": any(k["reboot_required"] for k in knobs), "knobs": knobs,
-            "manual_actions": manual_actions(facts, require) if name == "vm" else []}
+            "manual_actions": [action for knob, target, _c in planned if knob.advice
+                               for action in knob.advice(target)]}
 
 
 def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: dict,

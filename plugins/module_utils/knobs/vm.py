@@ -67,9 +67,10 @@ def plan_iommu(root: Sysroot, target: Target) -> list[Change]:
                         target.settings["exemplar_bootloader_command"])
 
 
-def manual_actions(facts: dict[str, Any], require_cmdqv: bool) -> list[dict[str, Any]]:
+def manual_actions(target: Target) -> list[dict[str, Any]]:
     """The hypervisor-side action a guest needs when CMDQV is off for a reason only the host
     (or the guest kernel) can remove; ``disabled_by_param`` is the cmdqv_params knob's job."""
+    facts, require_cmdqv = target.facts, bool(target.want.get("require_cmdqv"))
     cmdqv = facts.get("cmdqv") or {}
     domains = set((facts.get("iommu") or {}).get("groups_by_type") or {}) - {"identity"}
     if not (require_cmdqv and facts.get("virtualized") is True and facts.get("arch") == "aarch64"
@@ -103,7 +104,7 @@ KNOBS: tuple[Knob, ...] = (
          (Setting("vm_cmdqv_params_remove", ["arm_smmu_v3.disable_cmdqv",
                                              "arm_smmu_v3.bypass_vcmdq"],
                   "Kernel arguments removed."), GRUB_PATH, BOOTLOADER),
-         reboot=True),
+         facts=("vm.cmdqv", "vm.iommu", "vm.arch"), reboot=True, advice=manual_actions),
     Knob("vm", "iommu_passthrough", "IOMMU default domain on the kernel command line",
          plan_iommu, ("iommu_default_domain",),
          {"vm_iommu_default_domain": "iommu_default_domain"}, (GRUB_PATH, BOOTLOADER),
