@@ -27,6 +27,21 @@ def knob_module(options: dict[str, dict[str, Any]], **kwargs: Any) -> AnsibleMod
                          **kwargs)
 
 
+def open_journal(module: AnsibleModule, root: Sysroot) -> Journal | None:
+    """The run's journal (``None`` in check mode); fails the module without a run id.
+
+    A corrupted journal raises ``JournalError`` here, before anything is written.
+    """
+    if module.check_mode:
+        return None
+    if not module.params["run_id"]:
+        module.fail_json(msg="run_id is required to change anything (it names the journal "
+                         "that restore uses)")
+    journal = Journal(root, module.params["run_id"])
+    journal.load()
+    return journal
+
+
 def run_knob(module: AnsibleModule, plan: Callable[[Sysroot], list[Change]],
              after_change: Callable[[], dict[str, Any]] | None = None, **extra: Any) -> None:
     """Plan the changes, apply them through the journal, and exit with the standard result.
@@ -41,13 +56,7 @@ def run_knob(module: AnsibleModule, plan: Callable[[Sysroot], list[Change]],
     root = Sysroot(params["sysroot"])
     try:
         changes = plan(root)
-        journal = None
-        if not module.check_mode:
-            if not params["run_id"]:
-                module.fail_json(msg="run_id is required to change anything (it names the "
-                                 "journal that restore uses)")
-            journal = Journal(root, params["run_id"])
-            journal.load()  # a corrupted journal stops us before anything is written
+        journal = open_journal(module, root)
         result = apply_changes(root, changes, journal, params["layer"], params["knob"],
                                module.check_mode)
     except HostStateError as exc:

@@ -115,6 +115,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_conn
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.hypervisor import read_arch
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import open_journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     run_layer,
@@ -142,12 +143,7 @@ def main() -> None:
     done: list[dict[str, Any]] = []
     journal = None
     try:
-        if not module.check_mode:
-            if not params["run_id"]:
-                module.fail_json(msg="run_id is required to change anything (it names the "
-                                 "journal that restore uses)")
-            journal = Journal(root, params["run_id"])
-            journal.load()  # a corrupted journal stops us before anything is written
+        journal = open_journal(module, root)
         bmc = BmcConfig.from_params(params["bmc"])
         profile = params["profile"] or _by_arch(root, params["profile_by_arch"] or {})
         for name in params["layers"]:
