@@ -14,7 +14,9 @@ import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned import parse_tuned_adm_active
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import (
+    parse_tuned_adm_active,
+)
 
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""``exemplar-tune demo``: the whole product on a simulated cluster, in about two minutes.
+"""``exemplar-tune demo``: the whole product on a simulated cluster, in under two minutes.
 
 Builds a simulated cluster (default: scenario ``gb300-exemplar-gap``, 4 hosts), runs the
 preflight, tunes every layer with reboots allowed (the simulated hosts boot in an instant) and
@@ -32,7 +32,7 @@ The same seed gives the same decisions. The pieces: exemplar-tune sim --help.
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``."""
-    cmd = sub.add_parser("demo", help="see it all on a simulated cluster (about 2 minutes)",
+    cmd = sub.add_parser("demo", help="see it all on a simulated cluster (under 2 minutes)",
                          description="Build a simulated GPU cluster, run preflight, tune every "
                          "layer and write the report.", epilog=DEMO_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

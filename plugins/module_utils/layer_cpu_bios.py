@@ -19,14 +19,12 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
-    BiosSettings,
     BiosSnapshot,
     read_snapshot,
     snapshot_from_capture,
     snapshot_vendor,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import RedfishChange
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError, ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.redfish import (
     BmcConfig,
@@ -100,20 +98,3 @@ def gather_into(sheet: FactSheet, root: Sysroot, bmc: BmcConfig | None = None) -
         sheet.attempt("bios", _source(bmc), _read_live, bmc)
     else:
         sheet.attempt("bios", root.display(CAPTURE), _read_capture, root)
-
-
-def plan_change(bmc: BmcConfig | None, target: dict, apply_time: str) -> RedfishChange:
-    """The one Redfish change that moves the BMC's next-boot BIOS values to ``target``."""
-    if bmc is None:
-        raise HostStateError("bmc", "no BMC configured: set exemplar_bmc_address (and user, "
-                             "password) for this host")
-    settings = BiosSettings(bmc, apply_time)
-    facts = bios_facts(settings.snapshot)
-    if not facts["vendor_known"]:
-        raise HostStateError(settings.bmc_url, f"BMC vendor unknown (manufacturer "
-                             f"{facts['manufacturer']!r}): BIOS attributes are reported raw "
-                             "but not changed without an attribute map for this vendor")
-    vmap = bios_attributes.VENDORS[facts["vendor"]]
-    desired = bios_attributes.translate(vmap, settings.snapshot.effective, target,
-                                        settings.bmc_url)
-    return RedfishChange(settings.label, desired, settings)

@@ -61,9 +61,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
-    active_profile,
     find_profile,
     parse_active_profile,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import (
+    active_profile,
     plan_switch,
 )
 

@@ -35,7 +35,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     matching,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned import plan_switch
+from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import plan_switch
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
@@ -253,7 +253,7 @@ def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
     wanted = target.want.get("bios")
     if not wanted or target.bmc is None:
         return []
-    from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import (
+    from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import (
         plan_change,  # imported here: only hosts with a BMC need the Redfish client
     )
     return [plan_change(target.bmc, wanted, target.settings["cpu_bios_apply_time"])]
