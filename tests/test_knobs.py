@@ -6,6 +6,7 @@ tried against every planner that renders profile text into a file.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -277,3 +278,20 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_env_file_refuses_values_and_keys_that_add_lines(h100, settings, what):
     with pytest.raises(KnobInputError, match=what):
         plan_env_file(Sysroot(str(h100)), "/etc/default/irqbalance", settings, "shell")
+
+
+def test_apply_defaults_to_the_profile_of_the_hosts_architecture(tmp_path):
+    """On an aarch64 host ``--profile auto`` (the default) means gb200-grace: no x86 IOMMU
+    target is planned there, while h100-x86 named explicitly would plan one."""
+    root = copy_sysroot("gb200-grace-vm", tmp_path)
+
+    def vm_knobs(*profile: str) -> tuple[str, list[str]]:
+        out = subprocess.run([sys.executable, "-m", "exemplar_tune.cli", "apply", "--layer", "vm",
+                              "--check", "--sysroot", str(root), "--format", "json", *profile],
+                             capture_output=True, text=True, check=False, env=cli_env())
+        doc = json.loads(out.stdout)
+        return doc["profile"], [k["knob"] for host in doc["hosts"].values()
+                                for k in host["changed"]]
+
+    assert vm_knobs() == ("auto", [])
+    assert vm_knobs("--profile", "h100-x86") == ("h100-x86", ["iommu_passthrough"])
