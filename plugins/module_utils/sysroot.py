@@ -63,6 +63,7 @@ class Sysroot:
         self.live = self.root == "/"
         self._record = record
         self._outputs: dict[str, CommandOutput] = {}
+        self._links: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"Sysroot({self.root!r})"
@@ -91,18 +92,30 @@ class Sysroot:
                 if done:
                     done.pop()
                 continue
-            candidate = os.path.join(self.root, *done, part)
-            if os.path.islink(candidate):
+            target = self._link_target("/".join((*done, part)))
+            if target is not None:
                 hops += 1
                 if hops > MAX_SYMLINKS:
                     raise UnsafePath(self.display(rel), "too many levels of symbolic links")
-                target = os.readlink(candidate)
                 if target.startswith("/"):
                     done = []
                 parts = [p for p in target.split("/") if p not in ("", ".")] + parts
                 continue
             done.append(part)
         return os.path.join(self.root, *done)
+
+    def _link_target(self, inner: str) -> str | None:
+        """Target of the symlink at ``inner`` (inside the root); ``None``: not a link.
+
+        Remembered for the life of this object: links do not change while a tree is read, and
+        writes through this object act on resolved paths, never on a link itself.
+        """
+        if inner not in self._links:
+            try:
+                self._links[inner] = os.readlink(os.path.join(self.root, inner))
+            except OSError:  # not a link, or absent
+                self._links[inner] = None
+        return self._links[inner]
 
     def _note(self, rel: str) -> None:
         if self._record is not None:

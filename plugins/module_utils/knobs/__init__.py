@@ -41,19 +41,15 @@ class Target:
     facts: dict[str, Any]
     bmc: Any = None
 
-    def get(self, key: str) -> Any:
-        """A wanted value (profile key) or a setting, by name."""
-        return self.want[key] if key in self.want else self.settings[key]
-
 
 Planner = Callable[[Sysroot, Target], list[Change]]
+AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
 
 # Shared by every knob that changes kernel arguments (cpu.cstate_cmdline, vm.*).
 BOOTLOADER = Setting("exemplar_bootloader_command", None,
                      "Command that rebuilds the bootloader configuration after a kernel-argument "
                      "change (argv list); default update-grub or grub2-mkconfig on a live host, "
                      "nothing (recorded only) in a sysroot.")
-AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     clean_path,
     matching,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.layer_runtime import SITE_TOPO_FILE
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import parse_topo_xml
-
-SITE_TOPO_FILE = "/etc/nccl/topo.xml"
 
 
 def topo_path(target: Target) -> str | None:
@@ -36,14 +35,14 @@ def _in_containers(target: Target) -> bool:
     return bool(enroot.get("installed")) and bool(target.want.get("require_in_container", True))
 
 
-def checked_topology(content: str, path: str) -> None:
+def checked_topology(content: str, path: str, refusal: str = "refusing to install") -> None:
     """Refuse a topology that is not a valid NCCL ``<system>`` (nothing is written)."""
     try:
         parsed = parse_topo_xml(content, f"topology for {path}")
     except HostStateError as exc:
-        raise KnobInputError(path, f"refusing to install: {exc.reason}") from None
+        raise KnobInputError(path, f"{refusal}: {exc.reason}") from None
     if not parsed["valid"]:
-        raise KnobInputError(path, f"refusing to install: {parsed['error']}")
+        raise KnobInputError(path, f"{refusal}: {parsed['error']}")
 
 
 def plan_topo_file(root: Sysroot, target: Target) -> list[Change]:
@@ -63,7 +62,8 @@ def plan_topo_file(root: Sysroot, target: Target) -> list[Change]:
                              "runtime_topo_source (or the profile's runtime.topo_source)")
     else:
         # the host's own file must be a topology too, wherever the setting comes from
-        checked_topology(root.read_text(path, strip=False), path)
+        checked_topology(root.read_text(path, strip=False), path,
+                         "the host's file is not a valid topology (give runtime_topo_source)")
     if target.settings["runtime_topo_in_nccl_conf"] and not _in_containers(target):
         conf = clean_path(target.settings["runtime_nccl_conf_path"], "runtime_nccl_conf_path")
         changes += plan_env_file(root, conf, {"NCCL_TOPO_FILE": path}, "nccl")
