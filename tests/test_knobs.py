@@ -20,10 +20,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text, plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     plan_layer,
+    run_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
@@ -295,3 +297,23 @@ def test_apply_defaults_to_the_profile_of_the_hosts_architecture(tmp_path):
 
     assert vm_knobs() == ("auto", [])
     assert vm_knobs("--profile", "h100-x86") == ("h100-x86", ["iommu_passthrough"])
+
+
+def test_a_layer_rebuilds_the_bootloader_once_after_all_its_kernel_argument_changes(tmp_path):
+    """vm.cmdqv_params and vm.iommu_passthrough both edit grub: one rebuild, after both."""
+    root = copy_sysroot("gb200-grace-vm", tmp_path)
+    grub = root / "etc/default/grub"
+    grub.write_text(grub.read_text().replace("init_on_alloc=0",
+                                             "init_on_alloc=0 arm_smmu_v3.disable_cmdqv=1"))
+    log = tmp_path / "rebuilds.log"
+    command = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write("
+               "open(sys.argv[2]).read().count('disable_cmdqv') * 'x' + "
+               "str('iommu.passthrough=1' in open(sys.argv[2]).read()) + '\\n')",
+               str(log), str(grub)]
+    sysroot = Sysroot(str(root))
+    result = run_layer(sysroot, "vm", {"vm": {"require_cmdqv": True,
+                                              "iommu_default_domain": "identity"}},
+                       {"exemplar_bootloader_command": command}, Journal(sysroot, "r1"), False)
+    assert [k["knob"] for k in result["knobs"] if k["changed"]] == ["cmdqv_params",
+                                                                    "iommu_passthrough"]
+    assert log.read_text() == "True\n"  # once, and it saw both edits

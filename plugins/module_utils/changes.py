@@ -254,9 +254,10 @@ def apply_knobs(root: Sysroot, plans: dict[str, list[Change]], journal: Journal 
     """Make every knob's changes true, all or nothing; per knob ``{changed, diff, entries}``.
 
     Every pending change of every knob is planned and diffed first; then each is journaled,
-    written and read back in order. If one fails, everything this call changed (all knobs)
-    is put back, newest first, and :class:`ApplyFailed` names the knob and the path.
-    ``journal`` may be ``None`` only in check mode.
+    written and read back in order, the :class:`Regenerate` steps last (after every file
+    they derive from) and each command run once. If one fails, everything this call changed
+    (all knobs) is put back, newest first, and :class:`ApplyFailed` names the knob and the
+    path. ``journal`` may be ``None`` only in check mode.
     """
     pending = {knob: plan_pending(root, changes) for knob, changes in plans.items()}
     results = {knob: {"changed": bool(todo), "diff": [describe(root, c) for c in todo],
@@ -266,21 +267,27 @@ def apply_knobs(root: Sysroot, plans: dict[str, list[Change]], journal: Journal 
     entries: list[dict[str, Any]] = []
     targets = {c.label: c.target for changes in plans.values() for c in changes
                if isinstance(c, RedfishChange)}
-    for knob, todo in pending.items():
-        for index, change in enumerate(todo):
-            entry = journal.append(entry_for(root, change, layer, knob))
-            entries.append(entry)
-            results[knob]["entries"].append(entry)
-            try:
+    order = sorted(((knob, index, change) for knob, todo in pending.items()
+                    for index, change in enumerate(todo)),
+                   key=lambda item: isinstance(item[2], Regenerate))  # stable: rebuilds last
+    ran: set[tuple[str, ...]] = set()
+    for knob, index, change in order:
+        entry = journal.append(entry_for(root, change, layer, knob))
+        entries.append(entry)
+        results[knob]["entries"].append(entry)
+        try:
+            if not (isinstance(change, Regenerate) and change.argv in ran):
                 _write(root, change)
                 _verify(root, change)
-            except (OSError, HostStateError) as exc:
-                reason = exc.reason if isinstance(exc, HostStateError) else (
-                    exc.strerror or str(exc))
-                failed = restore_entries(root, journal, entries, check_mode=False,
-                                         connect=lambda e: targets.get(e["path"]))["failed"]
-                raise ApplyFailed(results[knob]["diff"][index]["before_header"], reason,
-                                  [f["path"] for f in failed], knob) from None
+            if isinstance(change, Regenerate):
+                ran.add(change.argv)
+        except (OSError, HostStateError) as exc:
+            reason = exc.reason if isinstance(exc, HostStateError) else (
+                exc.strerror or str(exc))
+            failed = restore_entries(root, journal, entries, check_mode=False,
+                                     connect=lambda e: targets.get(e["path"]))["failed"]
+            raise ApplyFailed(results[knob]["diff"][index]["before_header"], reason,
+                              [f["path"] for f in failed], knob) from None
     return results
 
 

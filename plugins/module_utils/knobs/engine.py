@@ -1,6 +1,6 @@
 """Plan and apply whole layers: every knob of a layer in one process, all or nothing.
 
-:func:`run_layers` reads each layer's facts in-process, builds every enabled knob's target
+:func:`run_layer` reads the layer's facts in-process, builds every enabled knob's target
 (profile section + role variables), plans each knob in order, then hands the whole layer to
 ``changes.apply_knobs``: one journal, each change read back, and if any knob fails every change
 of that layer on this host is put back before the error (which names the knob and the path).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     ApplyFailed,
     Change,
@@ -28,9 +29,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, T
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
 
-TRUE = {"true", "yes", "on", "1"}
-FALSE = {"false", "no", "off", "0"}
-
 
 class LayerFailed(HostStateError):
     """A knob of ``layer`` could not be planned or applied; the layer was put back."""
@@ -45,6 +43,7 @@ class PlannedRoot(Sysroot):
 
     def __init__(self, root: Sysroot) -> None:
         super().__init__(root.root)
+        self._links = root._links  # the same tree: share what was already resolved
         self.planned: dict[str, FileChange] = {}
 
     def add(self, changes: list[Change]) -> None:
@@ -73,13 +72,11 @@ class PlannedRoot(Sysroot):
 
 
 def flag(value: Any, name: str) -> bool:
-    """A role switch as a boolean (Ansible passes ``true``, ``"yes"``, ``1`` ...)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in TRUE | FALSE:
-        return text in TRUE
-    raise HostStateError(name, f"{value!r} is not a boolean")
+    """A role switch as a boolean, read as Ansible reads booleans (``yes``, ``1``, ``on`` ...)."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise HostStateError(name, f"{value!r} is not a boolean") from None
 
 
 def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | None) -> list[Knob]:
