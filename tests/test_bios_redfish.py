@@ -17,9 +17,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
     choose_reset_type,
     snapshot_from_capture,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig, RedfishError
 from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import bios_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BmcConfig, RedfishError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.ansible_run import AnsibleRun

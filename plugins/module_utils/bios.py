@@ -13,15 +13,14 @@ where the service lists it in ``SupportedApplyTimes``, and takes effect at the n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig, RedfishError
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import (
-    BmcConfig,
-    RedfishClient,
-    RedfishError,
-)
+
+if TYPE_CHECKING:
+    from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
 
 SERVICE_ROOT = "/redfish/v1/"
 RESET_ACTION = "#ComputerSystem.Reset"
@@ -122,6 +121,8 @@ class BiosSettings:
     """The writable side of one BMC's BIOS: effective values, staging, the journal's labels."""
 
     def __init__(self, bmc: BmcConfig, apply_time: str | None = "OnReset") -> None:
+        from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
+
         self.client = RedfishClient(bmc)
         self.apply_time = apply_time
         self.snapshot = read_snapshot(self.client)

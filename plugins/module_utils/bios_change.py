@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import BiosSettings
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import RedfishChange
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import bios_facts
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BmcConfig
 
 
 def plan_change(bmc: BmcConfig | None, target: dict, apply_time: str) -> RedfishChange:

@@ -11,8 +11,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils import (
     layer_cpu_placement,
     layer_cpu_power,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

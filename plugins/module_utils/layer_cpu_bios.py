@@ -24,13 +24,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
     snapshot_from_capture,
     snapshot_vendor,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig, RedfishError
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import (
-    BmcConfig,
-    RedfishClient,
-    RedfishError,
-)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 
 CAPTURE = f"{COMMANDS_DIR}/redfish-bios.json"
@@ -77,6 +73,9 @@ def _capture(root: Sysroot) -> BiosSnapshot | None:
 
 
 def _read_live(bmc: BmcConfig) -> dict[str, Any]:
+    # the HTTP and TLS stack is loaded only when a BMC is configured
+    from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
+
     return bios_facts(read_snapshot(RedfishClient(bmc)))
 
 

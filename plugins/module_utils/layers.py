@@ -11,12 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 if TYPE_CHECKING:
-    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
+    from ansible_collections.exemplar.tune.plugins.module_utils import (  # noqa: F401 - shipped
+        layer_cpu,
+        layer_fabric,
+        layer_gpu,
+        layer_runtime,
+        layer_vm,
+        layer_workload,
+    )
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (  # noqa: F401
+        Knob,
+        cpu,
+        fabric,
+        gpu,
+        runtime,
+        vm,
+    )
 
 
 @dataclass(frozen=True)
@@ -33,12 +49,12 @@ class Layer:
     @property
     def gather(self) -> Callable[..., dict[str, Any]]:
         """The layer's fact gatherer (``layer_<name>.gather``)."""
-        return _gatherers()[self.name]
+        return _gatherer(self.name)
 
     @property
     def knobs(self) -> tuple[Knob, ...]:
         """The layer's knobs, in the order they are planned and applied."""
-        return _knobs().get(self.name, ())
+        return _layer_knobs(self)
 
 
 LAYERS: tuple[Layer, ...] = (
@@ -60,33 +76,20 @@ ROLE_LAYERS: tuple[str, ...] = tuple(layer.name for layer in LAYERS if layer.has
 JOURNAL_SCOPES: tuple[str, ...] = (*LAYER_NAMES, "slurm_prolog")
 
 
-# The gatherers and knobs are imported on first use, so that a module needing only the
-# names (the knob modules) or only the facts (the facts module) compiles no more than that.
-
-def _gatherers() -> dict[str, Callable[..., dict[str, Any]]]:
-    from ansible_collections.exemplar.tune.plugins.module_utils import (
-        layer_cpu,
-        layer_fabric,
-        layer_gpu,
-        layer_runtime,
-        layer_vm,
-        layer_workload,
-    )
-    return {"gpu": layer_gpu.gather, "vm": layer_vm.gather, "cpu": layer_cpu.gather,
-            "runtime": layer_runtime.gather, "fabric": layer_fabric.gather,
-            "workload": layer_workload.gather}
+# Each layer's gatherer and knobs are imported on first use, one layer at a time, so that a
+# module compiles only what it runs: the knob modules need only the names, the facts module
+# only the gatherers, a one-layer apply only that layer. Ansible ships every module_utils file
+# imported anywhere in a file (the TYPE_CHECKING block included), which is what puts them all
+# in the payload.
+_PACKAGE = "ansible_collections.exemplar.tune.plugins.module_utils"
 
 
-def _knobs() -> dict[str, tuple[Knob, ...]]:
-    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
-        cpu,
-        fabric,
-        gpu,
-        runtime,
-        vm,
-    )
-    return {"gpu": gpu.KNOBS, "vm": vm.KNOBS, "cpu": cpu.KNOBS, "runtime": runtime.KNOBS,
-            "fabric": fabric.KNOBS}
+def _gatherer(name: str) -> Callable[..., dict[str, Any]]:
+    return import_module(f"{_PACKAGE}.layer_{name}").gather
+
+
+def _layer_knobs(layer: Layer) -> tuple[Knob, ...]:
+    return import_module(f"{_PACKAGE}.knobs.{layer.name}").KNOBS if layer.has_role else ()
 
 
 def registered_knobs() -> dict[str, Knob]:

@@ -98,13 +98,13 @@ reboot_required:
 """
 
 from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import plan_change
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import RedfishChange
 from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
     knob_module,
     run_knob,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import bios_facts
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 TARGET_OPTION = {"type": "dict", "required": True, "options": {

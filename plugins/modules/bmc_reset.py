@@ -51,12 +51,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
     reset_system,
     reset_types,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import (
-    BMC_OPTION,
-    BmcConfig,
-    RedfishClient,
-)
+from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
 
 
 def main() -> None:

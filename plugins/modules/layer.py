@@ -112,6 +112,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.hypervisor import read_arch
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
@@ -121,7 +122,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
     run_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

@@ -72,10 +72,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
+from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import restore_entries
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
