@@ -23,9 +23,11 @@ from typing import Any
 import ansible_runner
 import psutil
 
+from exemplar_tune import reaper
 from exemplar_tune.collection import link_collection
 
 LOG = logging.getLogger(__name__)
+RUN_DIR_PREFIX = "exemplar-run-"  # + the controller's pid: stale ones are found and removed
 HOST_EVENTS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -100,7 +102,8 @@ class AnsibleRun:
         return self._run(playbook=str(playbook), extravars=extravars or {})
 
     def _run(self, **kwargs: Any) -> RunOutcome:
-        pdd = Path(tempfile.mkdtemp(prefix="exemplar-run-"))
+        _remove_stale_run_dirs()
+        pdd = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
         hosts: dict[str, HostResult] = {}
         start = time.monotonic()
         try:
@@ -112,6 +115,10 @@ class AnsibleRun:
                 **kwargs,
             )
             status, rc = runner.status, runner.rc
+        except BaseException:  # interrupted (a signal) or failed: Ansible must not go on alone
+            for child in psutil.Process().children():
+                reaper.end_tree(child)
+            raise
         finally:
             shutil.rmtree(pdd, ignore_errors=True)
         LOG.debug("ansible-runner %s rc=%s in %.1f s", status, rc, time.monotonic() - start)
@@ -131,13 +138,22 @@ class AnsibleRun:
         return cancel
 
 
+def _remove_stale_run_dirs() -> None:
+    """Remove the private directories of runs whose controller was killed."""
+    for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*"):
+        pid = path.name[len(RUN_DIR_PREFIX):].partition("-")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _module_args(args: dict[str, Any]) -> str | None:
     return json.dumps(args) if args else None
 
 
 def _envvars(pdd: Path) -> dict[str, str]:
     collections = link_collection(pdd / "collections")
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    path = os.pathsep.join([_supervised_programs(pdd / "bin"), os.path.dirname(sys.executable),
+                            os.environ.get("PATH", "")])
     return {
         "ANSIBLE_COLLECTIONS_PATH": str(collections),
         "PATH": path,
@@ -145,6 +161,21 @@ def _envvars(pdd: Path) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
     }
+
+
+def _supervised_programs(directory: Path) -> str:
+    """A directory whose ``ansible`` and ``ansible-playbook`` run the real ones under
+    :mod:`exemplar_tune.reaper`: ansible-runner starts them by name, and they and their
+    workers and module processes must end when this controller does."""
+    directory.mkdir()
+    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    for name in ("ansible", "ansible-playbook"):
+        real = shutil.which(name, path=search)
+        if real:
+            shim = directory / name
+            shim.write_text(reaper.shim(real))
+            shim.chmod(0o700)
+    return str(directory)
 
 
 def _collect(event: dict[str, Any], hosts: dict[str, HostResult]) -> bool:

@@ -43,9 +43,11 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,8 +58,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from exemplar_tune import reaper
 from exemplar_tune.diagnose import nccl_tests, steptime
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input
 from exemplar_tune.slurm.inventory import HostSource, InventoryError, host_nodes
 from exemplar_tune.slurm.jobs import JobError, run_job
 from exemplar_tune.slurm.shape import SlurmShape, check_slurm_command, slurm_shape
@@ -66,6 +70,8 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "benchmark.schema.js
 DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_WARMUP = 10
 KILL_GRACE_S = 10.0
+MAX_OUTPUT = 64 << 20  # bytes of a run's output that are parsed; more: no measurement
+MAX_LINE = 64 << 10  # characters of one output line that are parsed; the rest is dropped
 PARSER_KEYS = {"nccl-tests": {"collective", "sizes", "metric"}, "megatron": {"warmup"},
                "steptime": {"warmup"}, "regex": {"pattern"}, "json": {"path"}}
 _SIZE_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -135,10 +141,10 @@ def load_benchmarks(path: str | Path) -> list[BenchmarkSpec]:
     """The shapes of the benchmark file at ``path``, validated, in file order."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BenchmarkFileError(f"benchmark file {path} not found") from None
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(read_input(path, "benchmark file"))
+    except UserError as exc:
+        raise BenchmarkFileError(str(exc)) from None
+    except yaml.YAMLError as exc:
         raise BenchmarkFileError(f"benchmark file {path}: cannot read it: {_one_line(exc)}"
                                  ) from None
     validate_benchmarks(data, str(path))
@@ -248,23 +254,25 @@ def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
 
     ``env`` is added to the controller's environment after ``spec.env`` (it wins). With
     ``log_dir``, stdout then stderr are saved as ``<log_dir>/<shape>.log``, failed runs too.
-    ``inventory`` (an ``AnsibleRun``: inventory and limit) gives a Slurm shape its hosts:
-    ``nodelist: inventory`` and the host of each node; other shapes ignore it.
+    The output goes to files as it comes, never into memory whole; at most
+    :data:`MAX_OUTPUT` bytes are parsed. ``inventory`` (an ``AnsibleRun``: inventory and
+    limit) gives a Slurm shape its hosts: ``nodelist: inventory`` and the host of each node;
+    other shapes ignore it.
     """
     if spec.slurm is not None:
         return _run_on_slurm(spec, env or {}, log_dir, inventory)
-    start = time.monotonic()
-    rc, out, err, timed_out = _execute(spec, env or {})
-    seconds = time.monotonic() - start
-    log_path = _save_log(Path(log_dir), spec.name, out, err) if log_dir else None
-    if timed_out:
-        raise BenchmarkFailed(spec.name, f"timed out after {spec.timeout:g} s", log_path)
+    with tempfile.TemporaryDirectory(prefix="exemplar-bench-") as scratch:
+        out_path, err_path = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        start = time.monotonic()
+        rc, timed_out = _execute(spec, env or {}, out_path, err_path)
+        seconds = time.monotonic() - start
+        log_path = _save_log(Path(log_dir), spec.name, out_path, err_path) if log_dir else None
+        if timed_out:
+            raise BenchmarkFailed(spec.name, f"timed out after {spec.timeout:g} s", log_path)
+        out, err = (_bounded_text(spec.name, path, log_path) for path in (out_path, err_path))
     if rc != 0:
         raise BenchmarkFailed(spec.name, _exit_reason(rc, err, out), log_path)
-    try:
-        samples, value = _parse(spec, out, err)
-    except _NoValue as exc:
-        raise BenchmarkFailed(spec.name, str(exc), log_path) from None
+    samples, value = _parse_or_fail(spec, out, err, log_path)
     return Measurement(spec.name, value, samples, spec.unit, spec.higher_is_better, seconds,
                        log_path)
 
@@ -281,63 +289,77 @@ def _run_on_slurm(spec: BenchmarkSpec, env: Mapping[str, str], log_dir: Path | N
         raise BenchmarkFailed(spec.name, str(exc)) from None
     log_path = None
     if log_dir:
-        log_path = _save_log(Path(log_dir), spec.name, job.log, "")
+        log_path = Path(log_dir) / f"{spec.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(job.log)
     if job.failure:
         raise BenchmarkFailed(spec.name, job.failure, log_path)
-    try:
-        samples, value = _parse(spec, job.stdout, job.stderr)
-    except _NoValue as exc:
-        raise BenchmarkFailed(spec.name, str(exc), log_path) from None
+    samples, value = _parse_or_fail(spec, job.stdout, job.stderr, log_path)
     return Measurement(spec.name, value, samples, spec.unit, spec.higher_is_better, job.seconds,
                        log_path, job.nodes)
 
 
-def _execute(spec: BenchmarkSpec, env: Mapping[str, str]) -> tuple[int, str, str, bool]:
-    """``(exit status, stdout, stderr, timed out)``; the process group never outlives it."""
+def _execute(spec: BenchmarkSpec, env: Mapping[str, str], out_path: Path,
+             err_path: Path) -> tuple[int, bool]:
+    """Run the command with its output going to the two files: ``(exit status, timed out)``.
+
+    The command runs supervised (:mod:`exemplar_tune.reaper`) in its own session: it ends
+    when this controller ends, and its process group never outlives this call.
+    """
     if spec.workdir and not spec.workdir.is_dir():
         raise BenchmarkFailed(spec.name, f"workdir {spec.workdir} is not a directory")
-    try:
-        proc = subprocess.Popen(spec.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=spec.workdir,
-                                env={**os.environ, **spec.env, **env}, start_new_session=True)
-    except FileNotFoundError:
-        raise BenchmarkFailed(spec.name, f"command not found: {spec.command[0]}") from None
-    except PermissionError:
-        raise BenchmarkFailed(spec.name, f"command not executable: {spec.command[0]}") from None
-    except OSError as exc:
-        raise BenchmarkFailed(spec.name, f"cannot start {spec.command[0]}: {exc.strerror}"
-                              ) from None
-    try:
-        out, err = proc.communicate(timeout=spec.timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        out, err = _stop(proc)
-        timed_out = True
-    _signal_group(proc.pid, signal.SIGKILL)  # what the command left behind
-    return proc.wait(), _text(out), _text(err), timed_out
+    environ = {**os.environ, **spec.env, **env}
+    _check_program(spec.name, spec.command[0], environ.get("PATH"), spec.workdir)
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        try:
+            proc = subprocess.Popen(reaper.command(spec.command), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, cwd=spec.workdir, env=environ,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise BenchmarkFailed(spec.name, f"cannot start {spec.command[0]}: "
+                                  f"{exc.strerror or exc}") from None
+        try:
+            proc.wait(timeout=spec.timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            timed_out = True
+        except BaseException:  # interrupted: the command must not run on alone
+            _stop(proc)
+            raise
+        finally:
+            _signal_group(proc.pid, signal.SIGKILL)  # what the command left behind
+    return proc.wait(), timed_out
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    """SIGTERM to the process group, SIGKILL after a grace period; the output so far."""
+def _check_program(shape: str, program: str, path: str | None, workdir: Path | None) -> None:
+    """``command not found`` / ``not executable`` before anything starts."""
+    if os.sep in program:
+        where = Path(program) if Path(program).is_absolute() else Path(workdir or ".") / program
+        if not where.exists():
+            raise BenchmarkFailed(shape, f"command not found: {program}")
+        if where.is_dir() or not os.access(where, os.X_OK):
+            raise BenchmarkFailed(shape, f"command not executable: {program}")
+    elif shutil.which(program, path=path) is None:
+        found = shutil.which(program, mode=os.F_OK, path=path)
+        raise BenchmarkFailed(shape, f"command not executable: {program}" if found else
+                              f"command not found: {program}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group, SIGKILL after a grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         _signal_group(proc.pid, sig)
         try:
-            return proc.communicate(timeout=KILL_GRACE_S)
+            proc.wait(timeout=KILL_GRACE_S)
+            return
         except subprocess.TimeoutExpired:
             continue
-    for pipe in (proc.stdout, proc.stderr):  # held open by a process outside the group
-        if pipe:
-            pipe.close()
-    return b"", b""
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _text(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", errors="replace")
 
 
 def _exit_reason(rc: int, err: str, out: str) -> str:
@@ -349,11 +371,57 @@ def _exit_reason(rc: int, err: str, out: str) -> str:
     return f"exit status {rc}" + (f": {lines[-1][:200]}" if lines else " (no output)")
 
 
-def _save_log(log_dir: Path, name: str, out: str, err: str) -> Path:
+def _save_log(log_dir: Path, name: str, out_path: Path, err_path: Path) -> Path:
+    """``<log_dir>/<name>.log``: stdout, then stderr (copied, never read whole)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"{name}.log"
-    path.write_text(_joined(out, err))
+    with path.open("wb") as log:
+        with out_path.open("rb") as source:
+            shutil.copyfileobj(source, log)
+        if out_path.stat().st_size and err_path.stat().st_size and \
+                _last_byte(out_path) != b"\n":
+            log.write(b"\n")
+        with err_path.open("rb") as source:
+            shutil.copyfileobj(source, log)
     return path
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1)
+
+
+def _bounded_text(shape: str, path: Path, log_path: Path | None) -> str:
+    """The file as text with every line cut at :data:`MAX_LINE` characters;
+    ``BenchmarkFailed`` when the file is larger than :data:`MAX_OUTPUT`."""
+    size = path.stat().st_size
+    if size > MAX_OUTPUT:
+        raise BenchmarkFailed(shape, f"no measurement: output too large ({size >> 20} MiB; at "
+                              f"most {MAX_OUTPUT >> 20} MiB are parsed)", log_path)
+    lines, skipping = [], False
+    with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
+        while chunk := handle.readline(MAX_LINE):
+            ends = chunk.endswith("\n")
+            if not skipping:
+                lines.append(chunk if ends else chunk + "\n")
+            skipping = not ends  # the rest of a cut line follows: dropped
+    return "".join(lines)
+
+
+def _parse_or_fail(spec: BenchmarkSpec, out: str, err: str, log_path: Path | None
+                   ) -> tuple[list[float], float]:
+    """:func:`_parse`, every failure a one-line :class:`BenchmarkFailed`."""
+    try:
+        return _parse(spec, out, err)
+    except _NoValue as exc:
+        raise BenchmarkFailed(spec.name, str(exc), log_path) from None
+    except RecursionError:
+        raise BenchmarkFailed(spec.name, f"output unparsable ({spec.parser}: too deeply "
+                              "nested)", log_path) from None
+    except (ValueError, ArithmeticError, MemoryError) as exc:
+        raise BenchmarkFailed(spec.name, f"output unparsable ({spec.parser}: "
+                              f"{_one_line(exc)[:200]})", log_path) from None
 
 
 def _joined(out: str, err: str) -> str:

@@ -9,8 +9,10 @@ Exit codes (stable, for scripts, Slurm prologs and CI gates):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +26,15 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.diagnose import DiagnoseError, compare_nccl_tests, diagnose_paths
-from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
+from exemplar_tune.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FINDINGS,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    UserError,
+    crash_report,
+)
 from exemplar_tune.experiments import (
     add_loop_options,
     cmd_history,
@@ -36,13 +46,15 @@ from exemplar_tune.experiments import (
 )
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.facts_table import facts_table
+from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.ledger import default_path as default_ledger_path
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches, shipped_profiles
-from exemplar_tune.remediate import cmd_apply, cmd_audit, cmd_restore
+from exemplar_tune.remediate import cmd_abandon, cmd_apply, cmd_audit, cmd_restore
+from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.sim.commands import add_sim_parsers
 from exemplar_tune.slurm.cli import add_prolog_option, add_slurm
 from exemplar_tune.snapshot import take_snapshot
@@ -106,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="exemplar-tune",
         description="Find and close the performance gap of AI-training GPU clusters, one layer "
         f"at a time. Layers, in preflight order: {LAYER_HELP}.",
-        epilog="exit codes: 0 ok, 1 findings or unreachable hosts, 2 usage or input error",
+        epilog="exit codes: 0 ok, 1 findings or unreachable hosts, 2 usage or input error, "
+        "70 internal error (the traceback file is named), 130/143 stopped by SIGINT/SIGTERM",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
@@ -281,6 +294,17 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
         cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
         cmd.add_argument("--ledger", type=Path)
         cmd.set_defaults(func=cmd_restore)
+    cmd = sub.add_parser("abandon", help="close an experiment that cannot be rolled back",
+                         description="Close an unfinished experiment whose hosts are gone for "
+                         "good (rollback cannot reach them): it is marked failed, with who "
+                         "abandoned it, and no longer reported as unfinished. Nothing on any host "
+                         "changes; a host that comes back keeps its journal, and 'rollback --run "
+                         "EXPERIMENT' still restores it then.")
+    cmd.add_argument("--run", required=True, metavar="EXPERIMENT")
+    cmd.add_argument("--yes", action="store_true",
+                     help="do not ask (needed when stdin is not a terminal)")
+    cmd.add_argument("--ledger", type=Path)
+    cmd.set_defaults(func=cmd_abandon)
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:
@@ -392,9 +416,9 @@ def _profile_name(requested: str, hosts: dict) -> str:
 
 def _read_results(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"results {path}: cannot read it: {exc}") from None
+        data = json.loads(read_input(path, "results"))
+    except ValueError as exc:
+        raise UserError(f"results {path}: not JSON ({exc})") from None
     if not isinstance(data, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("value"), (int, float))
             for v in data.values()):
@@ -462,7 +486,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _warn_unfinished(args: argparse.Namespace) -> None:
     """Point at experiments whose controller died, so nothing stays half-applied unnoticed."""
     path = getattr(args, "ledger", None) or default_ledger_path()
-    quiet = ("rollback", "resume", "history", "show", "report", "sim")
+    quiet = ("rollback", "resume", "abandon", "history", "show", "report", "sim")
     if args.command in quiet or not Path(path).exists():
         return
     with Ledger(path) as ledger:
@@ -474,20 +498,41 @@ def _warn_unfinished(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``exemplar-tune`` script."""
+    """Entry point of the ``exemplar-tune`` script: every outcome is one line and an exit code
+    (``--help`` epilog), never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         _warn_unfinished(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except (UserError, UnknownLayer) as exc:
-        print(f"exemplar-tune: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_USAGE
+    except StoppedAtOnce as exc:
+        _error(f"stopped at once ({exc}): hosts left as they were; 'exemplar-tune resume' "
+               "continues, 'exemplar-tune rollback --run EXPERIMENT' restores")
+        return exc.exit_code
+    except Interrupted as exc:
+        _error(f"interrupted ({exc}): the layer being changed was restored")
+        return exc.exit_code
     except KeyboardInterrupt:
-        print("exemplar-tune: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): no more output, no noise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        _error(f"internal error: {crash_report(exc)}")
+        return EXIT_INTERNAL
+
+
+def _error(message: str) -> None:
+    with contextlib.suppress(OSError):
+        print(f"exemplar-tune: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

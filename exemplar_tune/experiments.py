@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
+from exemplar_tune import reaper
 from exemplar_tune.benchmark import load_benchmarks
 from exemplar_tune.checks.workload import DEFAULT_GATE, performance_ratio
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.ledger import LAYER_DONE, Ledger
-from exemplar_tune.lock import hold_lock
 from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
-from exemplar_tune.remediate import _runner, run_playbook
+from exemplar_tune.remediate import _runner, claim_hosts, end_leftovers, recorded, run_playbook
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
+from exemplar_tune.signals import graceful_stop
 from exemplar_tune.stats import BLOCK_RUNS, CONFIDENCE, MAX_RUNS, MIN_RUNS, block_runs
 from exemplar_tune.tune import LayerLoop, LoopOptions
 
@@ -47,11 +49,6 @@ def add_loop_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
 
 
-def target_key(target: dict[str, Any]) -> str:
-    """What the lock protects: the same inventory/limit or sysroot."""
-    return json.dumps([target["inventory"], target["limit"], target["sysroot"]], sort_keys=True)
-
-
 def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> int:
     """Walk ``layers`` in preflight order through the measured loop; print the summary."""
     if args.canary < 0:
@@ -72,19 +69,27 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
     specs = load_benchmarks(args.bench)
     if getattr(args, "dry_run", False):
         return _dry_run(args, profile, specs, layers)
-    target = {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
+    target = {"inventory": _absolute(args.inventory), "limit": args.limit,
+              "sysroot": _absolute(args.sysroot)}
     options = {"bench": str(Path(args.bench).resolve()), "layers": layers,
                "profile": _profile_ref(args.profile), "min_effect": args.min_effect,
                "confidence": args.confidence,
                "min_runs": args.min_runs, "max_runs": args.max_runs,
                "allow_reboot": args.allow_reboot, "canary": args.canary,
                "forks": args.forks, "timeout": args.timeout}
-    with hold_lock(state_dir(), target_key(target)), Ledger(args.ledger) as ledger:
+    with claim_hosts(_runner(args), kind), graceful_stop(), Ledger(args.ledger) as ledger:
         experiment = ledger.start_experiment(kind, profile["name"], target, options)
         print(f"experiment {experiment}")
-        ledger.set_summary(experiment, {"preflight": _preflight_groups(args, profile)})
-        return _walk(ledger, experiment, args, profile, specs, [(layer, False)
-                                                                for layer in layers])
+        with recorded(ledger, experiment), reaper.tagged(experiment):
+            ledger.set_summary(experiment, {"preflight": _preflight_groups(args, profile)})
+            return _walk(ledger, experiment, args, profile, specs, [(layer, False)
+                                                                    for layer in layers])
+
+
+def _absolute(path: str | None) -> str | None:
+    """An inventory file or sysroot as an absolute path (a host list stays as it is), so that
+    ``resume`` and ``rollback`` reach the same hosts from any directory."""
+    return os.path.abspath(path) if path and os.path.exists(path) else path
 
 
 def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list[dict]:
@@ -222,16 +227,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
         profile, specs = load_profile(options["profile"]), load_benchmarks(args.bench)
         done = {layer["layer"] for layer in doc["layers"] if layer["status"] in LAYER_DONE}
         seen = {layer["layer"] for layer in doc["layers"]}
-        with hold_lock(state_dir(), target_key(target)):
+        with claim_hosts(_runner(args), "resume"), graceful_stop():
+            end_leftovers(experiment)
             ledger.resume_experiment(experiment)
             print(f"experiment {experiment} resumed")
             todo = [(layer, layer in seen) for layer in options["layers"] if layer not in done]
-            return _walk(ledger, experiment, args, profile, specs, todo)
+            with recorded(ledger, experiment), reaper.tagged(experiment):
+                return _walk(ledger, experiment, args, profile, specs, todo)
 
 
 def _resumable(ledger: Ledger, wanted: str | None) -> str:
     """The unfinished experiment to resume: ``wanted`` or the only one whose controller died."""
     dead = [e for e in ledger.unfinished() if e["controller_alive"] is False]
+    dead += [e for e in ledger.history(50) if e["status"] == "interrupted"]
     stopped = [e for e in ledger.history(50) if e["status"] == "failed"]
     if wanted:
         exp = ledger.show(wanted)["experiment"]

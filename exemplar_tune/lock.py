@@ -1,81 +1,119 @@
-"""One controller at a time per set of hosts: an ``flock`` under the state directory.
+"""One controller at a time per host: a registry of the hosts each live controller changes.
 
-``<state_dir>/locks/<sha256(target_key)[:16]>.lock`` is locked with ``LOCK_EX | LOCK_NB`` for
-as long as the loop runs, and holds who took it (pid, host, since, target) for the message a
-second controller prints. The kernel drops an ``flock`` when its last file descriptor closes,
-so a controller that dies, even by SIGKILL, never leaves a stale lock; the file itself stays
-(removing it would let two processes lock two different inodes).
+Every command that changes hosts (``apply``, ``restore``/``rollback``, ``tune``, ``resume``,
+``slurm drain``/``resume``) holds its hosts for as long as it runs, by identity
+(:func:`exemplar_tune.inventory.host_identities`: the machine, not the inventory's text), so
+the same hosts reached through another inventory path, another ``--limit`` or another
+command are refused with the holder's pid, host, command and start time.
 
-The descriptor is opened close-on-exec, so ansible-runner and other children started with
-``exec`` do not inherit the lock. ``flock`` is per host: on a state directory shared over NFS
-it does not protect controllers on different machines.
+The registry is ``<state_dir>/locks/hosts.json``, read and rewritten under an ``flock`` on
+``<state_dir>/locks/registry.lock`` that is held only for that moment. An entry whose
+controller is dead (the pid is gone, or is another process now: its start time differs) is
+a stale claim and is dropped by the next controller that looks, so a controller killed with
+SIGKILL never blocks its hosts. ``flock`` is per machine: on a state directory shared over
+NFS it does not keep controllers on different machines apart.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
+import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from exemplar_tune.errors import UserError
 
-
-def lock_path(state_dir: Path | str, target_key: str) -> Path:
-    """Where the lock for ``target_key`` (e.g. inventory path + limit, or a sysroot) lives."""
-    digest = hashlib.sha256(target_key.encode()).hexdigest()[:16]
-    return Path(state_dir) / "locks" / f"{digest}.lock"
+SHOWN_HOSTS = 5  # overlapping hosts named in a refusal
 
 
-def _holder(fd: int) -> dict[str, Any]:
-    """What the current holder wrote; empty when it has not written yet or wrote garbage."""
-    try:
-        data = json.loads(os.pread(fd, 65536, 0) or b"{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _busy(path: Path, holder: dict[str, Any]) -> UserError:
-    if "pid" in holder:
-        who = (f"pid {holder['pid']} on {holder.get('host', '?')}, "
-               f"since {holder.get('started', '?')}")
-    else:
-        who = "holder not yet recorded"
-    return UserError(f"another exemplar-tune ({who}) is working on these hosts; wait for it "
-                     f"or stop it, then try again (lock {path})")
+def registry_path(state_dir: Path | str) -> Path:
+    """The file that lists the live claims."""
+    return Path(state_dir) / "locks" / "hosts.json"
 
 
 @contextmanager
-def hold_lock(state_dir: Path | str, target_key: str) -> Iterator[Path]:
-    """Hold the lock for ``target_key`` for the ``with`` block; yield the lock file's path.
+def hold_hosts(state_dir: Path | str, identities: Iterable[str], command: str) -> Iterator[None]:
+    """Claim ``identities`` for the ``with`` block, for ``command`` (shown to others).
 
-    Raises ``UserError`` naming the holder (pid, host, since when) if another process, or
-    another ``hold_lock`` in this process, already holds it. Never waits.
+    Raises ``UserError`` naming the holder if a live claim (of another process, or an earlier
+    claim of this one) shares a host. Never waits.
     """
-    path = lock_path(state_dir, target_key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    mine = {"token": secrets.token_hex(8), "pid": os.getpid(), "host": socket.gethostname(),
+            "created": _created(os.getpid()), "command": command,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "hosts": sorted(set(identities))}
+    with _registry(state_dir) as claims:
+        for claim in claims:
+            shared = sorted(set(claim["hosts"]) & set(mine["hosts"]))
+            if shared:
+                raise _busy(claim, shared)
+        claims.append(mine)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _busy(path, _holder(fd)) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "target": target_key}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder, sort_keys=True) + "\n").encode(), 0)
-        os.fsync(fd)
-        try:
-            yield path
-        finally:
-            os.ftruncate(fd, 0)  # still ours: nobody reads a departed holder
+        yield
     finally:
-        os.close(fd)
+        with _registry(state_dir) as claims:
+            claims[:] = [c for c in claims if c.get("token") != mine["token"]]
+
+
+def live_claims(state_dir: Path | str) -> list[dict[str, Any]]:
+    """The claims of live controllers (stale ones are dropped on the way)."""
+    with _registry(state_dir) as claims:
+        return [dict(c) for c in claims]
+
+
+@contextmanager
+def _registry(state_dir: Path | str) -> Iterator[list[dict[str, Any]]]:
+    """The live claims, under the registry lock; what the block leaves there is written."""
+    path = registry_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name("registry.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        claims = [c for c in _read(path) if _alive(c)]
+        yield claims
+        tmp = path.with_name(f".hosts.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(claims, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    finally:
+        os.close(fd)  # drops the flock
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text() or "[]")
+    except (OSError, ValueError):
+        return []  # missing or torn: every live controller writes its claim again on exit
+    return [c for c in data if isinstance(c, dict) and isinstance(c.get("hosts"), list)] \
+        if isinstance(data, list) else []
+
+
+def _alive(claim: dict[str, Any]) -> bool:
+    """Whether the claim's controller still runs (claims of other machines: assumed so)."""
+    if claim.get("host") != socket.gethostname():
+        return True
+    pid = claim.get("pid")
+    return isinstance(pid, int) and _created(pid) == claim.get("created")
+
+
+def _created(pid: int) -> float | None:
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def _busy(claim: dict[str, Any], shared: list[str]) -> UserError:
+    hosts = ", ".join(shared[:SHOWN_HOSTS]) + (f" and {len(shared) - SHOWN_HOSTS} more"
+                                               if len(shared) > SHOWN_HOSTS else "")
+    return UserError(f"another exemplar-tune (pid {claim.get('pid')} on {claim.get('host')}, "
+                     f"'{claim.get('command')}', since {claim.get('started')}) is changing "
+                     f"{hosts}; wait for it or stop it, then try again")

@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -63,12 +64,14 @@ def load_profile(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     if not path.suffix and (PROFILES_DIR / f"{name_or_path}.yaml").is_file():
         path = PROFILES_DIR / f"{name_or_path}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise ProfileError(f"profile {name_or_path!r} not found; shipped profiles: "
-                           f"{', '.join(shipped_profiles())}, or give a file path") from None
-    except (OSError, yaml.YAMLError) as exc:
+                           f"{', '.join(shipped_profiles())}, or give a file path")
+    try:
+        data = yaml.safe_load(read_input(path, "profile"))
+    except UserError as exc:
+        raise ProfileError(str(exc)) from None
+    except yaml.YAMLError as exc:
         raise ProfileError(f"profile {path}: cannot read it: {_one_line(exc)}") from None
     validate_profile(data, str(path))
     return data

@@ -8,22 +8,32 @@ document per command, with the hosts that failed or could not be reached kept ap
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+from exemplar_tune import reaper
 from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.collection import collection_root
-from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
+from exemplar_tune.inventory import check_source, host_identities
 from exemplar_tune.ledger import Ledger
+from exemplar_tune.lock import hold_hosts
 from exemplar_tune.profile import profile_vars
+from exemplar_tune.runs import state_dir
+from exemplar_tune.signals import Interrupted, StoppedAtOnce, graceful_stop
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
     """A user's inventory, a one-host inventory that works inside ``sysroot``, or this host."""
     if sysroot is None:
+        if inventory:
+            check_source(inventory)
         return inventory or local_inventory()
     if not os.path.isdir(sysroot):
         raise UserError(f"sysroot {sysroot}: changes need a directory (unpack an archive first)")
@@ -35,6 +45,41 @@ def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
 def playbook(name: str) -> str:
     """Path of one of the collection's playbooks."""
     return str(collection_root() / "playbooks" / f"{name}.yml")
+
+
+def claim_hosts(run: AnsibleRun, command: str) -> contextlib.AbstractContextManager[None]:
+    """Hold ``run``'s hosts (resolved now: a missing inventory, or a ``--limit`` that matches
+    nothing, is a ``UserError`` here) for a command that changes them; see :mod:`lock`."""
+    return hold_hosts(state_dir(), host_identities(run).values(), command)
+
+
+@contextlib.contextmanager
+def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
+    """Close ``experiment`` in the ledger when the block is cut short: ``interrupted`` after
+    a clean stop, ``failed`` (with the reason) after an error; a second signal
+    (:class:`StoppedAtOnce`) leaves it running, to be resumed or rolled back."""
+    try:
+        yield
+    except StoppedAtOnce as exc:
+        ledger.log_event(experiment, "error", f"stopped at once by a second {exc}: hosts left "
+                         "as they were")
+        raise
+    except Interrupted as exc:
+        ledger.log_event(experiment, "warning", f"interrupted by {exc}")
+        ledger.finish(experiment, "interrupted")
+        raise
+    except BaseException as exc:
+        ledger.log_event(experiment, "error", f"{type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]}")
+        ledger.finish(experiment, "failed")
+        raise
+
+
+def end_leftovers(experiment: str) -> None:
+    """End what an earlier controller of ``experiment`` left running (its supervised Ansible
+    and benchmark processes) before this one touches the hosts."""
+    for proc in reaper.tagged_processes(experiment):
+        reaper.end_tree(proc)
 
 
 def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
@@ -112,17 +157,20 @@ def cmd_apply(args: argparse.Namespace) -> int:
         result = run_playbook(_runner(args, check=True), "apply", {
             "layer": args.layer, **targets})
         return _report_apply(args, None, None, name, result)
-    with Ledger(args.ledger) as ledger:
+    run = _runner(args)
+    with claim_hosts(run, f"apply --layer {args.layer}"), graceful_stop(), \
+            Ledger(args.ledger) as ledger:
         experiment = ledger.start_experiment("apply", name, _target(args),
                                              {"layer": args.layer})
         run_id = args.run_id or experiment
-        ledger.add_layer(experiment, args.layer, 0, run_id)
-        result = run_playbook(_runner(args), "apply", {
-            "layer": args.layer, **targets, "exemplar_run_id": run_id})
-        ledger.record_hosts(experiment, args.layer, host_records(result))
-        broken = bool(result["failed"] or result["unreachable"])
-        ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
-        ledger.finish(experiment, "failed" if broken else "finished")
+        with recorded(ledger, experiment), reaper.tagged(experiment):
+            ledger.add_layer(experiment, args.layer, 0, run_id)
+            result = run_playbook(run, "apply", {
+                "layer": args.layer, **targets, "exemplar_run_id": run_id})
+            ledger.record_hosts(experiment, args.layer, host_records(result))
+            broken = bool(result["failed"] or result["unreachable"])
+            ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
+            ledger.finish(experiment, "failed" if broken else "finished")
     return _report_apply(args, experiment, run_id, name, result)
 
 
@@ -135,30 +183,90 @@ def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str 
 
 
 def _target(args: argparse.Namespace) -> dict[str, Any]:
-    """What reaches the same hosts again (kept in the ledger for restore)."""
-    return {"inventory": args.inventory, "limit": args.limit, "sysroot": args.sysroot}
+    """What reaches the same hosts again from any directory (kept in the ledger for restore):
+    inventory files and sysroots as absolute paths."""
+    def absolute(path: str | None) -> str | None:
+        return os.path.abspath(path) if path and os.path.exists(path) else path
+
+    return {"inventory": absolute(args.inventory), "limit": args.limit,
+            "sysroot": absolute(args.sysroot)}
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """``exemplar-tune restore|rollback --run ID|latest``: every layer of an experiment.
 
     Works for experiments whose controller died too: the host journals hold what changed.
+    A host the ledger saw change a layer must still have that layer's journal (a missing one
+    fails that host); the others may have none.
     """
     with Ledger(args.ledger) as ledger:
         doc = ledger.show(_latest_with_changes(ledger) if args.run == "latest" else args.run)
         exp = doc["experiment"]
+        _refuse_live_controller(ledger, exp)
         for key, value in exp["target"].items():
             setattr(args, key, getattr(args, key) or value)
-        lines, results = [f"restore of experiment {exp['id']}"], {}
-        for layer in reversed(doc["layers"]):
-            result = run_playbook(_runner(args), "restore", {
-                "exemplar_run_id": layer["run_id"], "exemplar_restore_layers": [layer["layer"]]})
-            results[layer["layer"]] = result
-            lines += _restore_lines(layer["layer"], result)
-        failed = any(r["failed"] or r["unreachable"] for r in results.values())
-        ledger.finish(exp["id"], "failed" if failed else "rolled_back")
+        run = _runner(args)
+        with claim_hosts(run, f"{args.command} --run {exp['id']}"):
+            end_leftovers(exp["id"])
+            lines, results = [f"restore of experiment {exp['id']}"], {}
+            for layer in reversed(doc["layers"]):
+                result = run_playbook(run, "restore", {
+                    "exemplar_run_id": layer["run_id"],
+                    "exemplar_restore_layers": [layer["layer"]],
+                    "exemplar_restore_expected": changed_hosts(doc, layer["layer"])})
+                results[layer["layer"]] = result
+                lines += _restore_lines(layer["layer"], result)
+            failed = any(r["failed"] or r["unreachable"] for r in results.values())
+            ledger.finish(exp["id"], "failed" if failed else "rolled_back")
     _emit(args, {"experiment": exp["id"], "layers": results}, lines)
     return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def cmd_abandon(args: argparse.Namespace) -> int:
+    """``exemplar-tune abandon --run ID``: mark an unfinished experiment failed, after asking."""
+    with Ledger(args.ledger) as ledger:
+        exp = ledger.show(args.run)["experiment"]
+        if exp["status"] in ("finished", "rolled_back"):
+            raise UserError(f"experiment {exp['id']} is {exp['status']}: nothing to abandon")
+        _refuse_live_controller(ledger, exp)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UserError("abandon asks for confirmation: run it in a terminal, or add "
+                                "--yes")
+            answer = input(f"abandon experiment {exp['id']} ({exp['status']}); hosts it changed "
+                           "stay changed. Type 'abandon' to confirm: ")
+            if answer.strip() != "abandon":
+                print("not abandoned")
+                return EXIT_USAGE
+        ledger.log_event(exp["id"], "warning", f"abandoned by {_who()} (was {exp['status']}); "
+                         "hosts it changed were not restored")
+        ledger.finish(exp["id"], "failed")
+    print(f"experiment {exp['id']} abandoned (marked failed); 'exemplar-tune rollback --run "
+          f"{exp['id']}' still restores a host that comes back")
+    return EXIT_OK
+
+
+def _who() -> str:
+    try:
+        user = os.getlogin()
+    except OSError:
+        user = os.environ.get("USER", f"uid {os.getuid()}")
+    return f"{user} on {socket.gethostname()}"
+
+
+def changed_hosts(doc: dict[str, Any], layer: str) -> list[str]:
+    """Hosts the ledger saw change ``layer`` in the experiment ``doc`` (they have a journal)."""
+    return sorted({h["host"] for h in doc["hosts"] if h["layer"] == layer and h["changed"]})
+
+
+def _refuse_live_controller(ledger: Ledger, exp: dict[str, Any]) -> None:
+    """``UserError`` when the experiment's own controller still runs: two must not meet."""
+    if exp["status"] != "running":
+        return
+    if not any(e["id"] == exp["id"] for e in ledger.unfinished()):
+        raise UserError(f"experiment {exp['id']} is still running (pid {exp['controller_pid']} "
+                        f"on {exp['controller_host']}): stop it first (SIGINT restores the layer "
+                        "it is measuring)")
 
 
 def _latest_with_changes(ledger: Ledger) -> str:

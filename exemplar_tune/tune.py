@@ -34,9 +34,11 @@ from exemplar_tune.ansible_run import AnsibleRun
 from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, run_benchmark
 from exemplar_tune.checks.base import FAIL
 from exemplar_tune.checks.run import run_checks
+from exemplar_tune.errors import crash_report
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.remediate import host_records, run_playbook
+from exemplar_tune.remediate import changed_hosts, host_records, run_playbook
+from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.stats import (
     BASELINE,
     CANDIDATE,
@@ -138,7 +140,30 @@ class LayerLoop:
         except HostsLost as exc:
             outcome = self._finish(layer, "failed", str(exc), status="failed")
             outcome.halt = True
+        except StoppedAtOnce:
+            raise
+        except Interrupted as exc:
+            self._interrupted(scope, exc)
+            raise
+        except Exception as exc:  # a bug: the layer must not stay applied because of it
+            outcome = self._fail_restoring(scope, f"internal error: {crash_report(exc)}")
+            outcome.halt = True
         return outcome
+
+    def _interrupted(self, scope: Scope, signal: Interrupted) -> None:
+        """Restore the layer being measured after the first SIGINT/SIGTERM; leave it pending,
+        so that ``resume`` measures it again."""
+        self.options.progress(f"{scope.layer}: {signal} received: restoring the layer "
+                              "(send it again to stop at once)")
+        try:
+            self._restore(scope)
+        except HostsLost as exc:
+            self.ledger.log_event(self.experiment, "error", f"{scope.layer}: interrupted by "
+                                  f"{signal}; {exc}")
+            return
+        self.ledger.set_layer_status(self.experiment, scope.layer, "pending")
+        self.ledger.log_event(self.experiment, "warning", f"{scope.layer}: interrupted by "
+                              f"{signal}; the layer was restored")
 
     def _undo_interrupted(self, layer: str, run_id: str) -> str | None:
         """Restore a layer an earlier controller left half-measured on the hosts it recorded
@@ -305,6 +330,8 @@ class LayerLoop:
             extravars["exemplar_run_id"] = run_id
         if name == "restore":
             extravars["exemplar_restore_layers"] = [layer]
+            extravars["exemplar_restore_expected"] = changed_hosts(
+                self.ledger.show(self.experiment), layer)
         run.check = check
         try:
             return run_playbook(run, name, extravars)

@@ -453,10 +453,16 @@ def test_bad_input_is_one_line_error(tmp_path, name, data):
 
 
 def test_unreadable_path(tmp_path):
-    with pytest.raises(DiagnoseError, match=r"missing: cannot read \(No such file"):
+    with pytest.raises(DiagnoseError, match=r"capture .*missing not found"):
         diagnose_paths([str(tmp_path / "missing")])
-    with pytest.raises(DiagnoseError, match="cannot read"):
+    with pytest.raises(DiagnoseError, match="is a directory, not a file"):
         diagnose_paths([str(tmp_path)])
+
+
+def test_endless_input_is_refused_in_bounded_memory():
+    """/dev/zero never ends: at most the limit plus one byte is read, then one line."""
+    with pytest.raises(DiagnoseError, match=r"capture /dev/zero is larger than 64 MiB"):
+        diagnose_paths(["/dev/zero"])
 
 
 def test_malformed_known_format_is_diagnose_error():

@@ -1,4 +1,4 @@
-"""The experiment ledger and the per-target lock, on real SQLite files and real processes."""
+"""The experiment ledger, on real SQLite files and real processes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pytest
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.ledger import SCHEMA_VERSION, Ledger
-from exemplar_tune.lock import hold_lock, lock_path
 from tests.conftest import REPO
 
 TARGET = {"inventory": "/srv/inv.yml", "limit": "gpu[0:3]", "sysroot": None}
@@ -37,15 +36,6 @@ with Ledger(sys.argv[1]) as ledger:
         ledger.log_event(exp, "info", f"run {index}")
         index += 1
 """
-
-CHILD_LOCK = """
-import sys, time
-from exemplar_tune.lock import hold_lock
-with hold_lock(sys.argv[1], sys.argv[2]):
-    print("locked", flush=True)
-    time.sleep(120)
-"""
-
 
 @contextmanager
 def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
@@ -274,32 +264,3 @@ def test_default_path_is_in_the_state_dir(tmp_path: Path, monkeypatch) -> None:
     with Ledger() as ledger:
         assert ledger.path == tmp_path / "state" / "ledger.sqlite3"
     assert ledger.path.is_file()
-
-
-def test_lock_held_by_a_live_process_names_it(tmp_path: Path) -> None:
-    with child(CHILD_LOCK, str(tmp_path), "inv.yml:gpu*") as (proc, line):
-        assert line == "locked"
-        with pytest.raises(UserError) as error, hold_lock(tmp_path, "inv.yml:gpu*"):
-            pass
-        assert f"pid {proc.pid} on " in str(error.value)
-        assert str(error.value).startswith("another exemplar-tune (pid ")
-        with hold_lock(tmp_path, "inv.yml:other"):  # other hosts: another lock
-            pass
-
-
-def test_lock_is_freed_when_the_holder_is_sigkilled(tmp_path: Path) -> None:
-    with child(CHILD_LOCK, str(tmp_path), "inv.yml:gpu*") as (proc, line):
-        assert line == "locked"
-        sigkill(proc)
-        with hold_lock(tmp_path, "inv.yml:gpu*") as path:
-            assert json.loads(path.read_text())["pid"] == os.getpid()
-    assert path == lock_path(tmp_path, "inv.yml:gpu*")
-    assert path.read_text() == ""
-
-
-def test_lock_is_exclusive_within_one_process_and_reusable(tmp_path: Path) -> None:
-    with hold_lock(tmp_path, "key"), pytest.raises(UserError, match=f"pid {os.getpid()}"), \
-            hold_lock(tmp_path, "key"):
-        pass
-    with hold_lock(tmp_path, "key"):
-        pass

@@ -7,7 +7,6 @@ a layer and a check id, so a file's findings line up with the preflight checks.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from exemplar_tune.diagnose import nccl_log, nccl_tests, numastat, perf, steptime, turbostat
@@ -19,6 +18,8 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
+from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input_bytes
 
 __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
            "detect", "diagnose_paths", "diagnose_text"]
@@ -70,8 +71,8 @@ def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None)
     reports = []
     for path in paths:
         try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise DiagnoseError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+            data = read_input_bytes(path, "capture")
+        except UserError as exc:
+            raise DiagnoseError(str(exc)) from None
         reports.append(diagnose_text(data.decode("utf-8", errors="replace"), path, expectations))
     return reports

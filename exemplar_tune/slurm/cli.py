@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.lock import hold_hosts
+from exemplar_tune.runs import state_dir
 from exemplar_tune.slurm import nodes
 from exemplar_tune.slurm.commands import SlurmError, expand_hostlist
 from exemplar_tune.slurm.inventory import InventoryError, host_nodes
@@ -25,6 +27,9 @@ A drained node's reason is exemplar:<check id>, the first failing check in prefl
 (also what the prolog gate sets). Nodes drained for another reason are left alone.
 exit codes: 0 done, 1 a node could not be drained or resumed, 2 usage or input error.
 """
+
+
+NODE_STATES = "slurm:node-states"  # what drain and resume hold (see exemplar_tune.lock)
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
         print(f"node states unknown ({exc}): planning as if every node were in service")
         current = None
     plan = nodes.plan_drain(failing, mapping, current)
-    return EXIT_FINDINGS if nodes.execute(plan, args.dry_run) else EXIT_OK
+    return _execute(plan, args.dry_run, "slurm drain")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -106,7 +111,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except SlurmError as exc:
         return _unreachable(exc)
     plan = nodes.plan_resume(current, only)
-    return EXIT_FINDINGS if nodes.execute(plan, args.dry_run) else EXIT_OK
+    return _execute(plan, args.dry_run, "slurm resume")
+
+
+def _execute(plan: nodes.Plan, dry_run: bool, command: str) -> int:
+    """Run the plan; one drain or resume at a time (they change the same node states)."""
+    if dry_run:
+        return EXIT_FINDINGS if nodes.execute(plan, True) else EXIT_OK
+    with hold_hosts(state_dir(), [NODE_STATES], command):
+        return EXIT_FINDINGS if nodes.execute(plan, False) else EXIT_OK
 
 
 def _unreachable(exc: SlurmError) -> int:
