@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from exemplar_tune.errors import UserError
 
 MAX_UNPACKED = 512 * 1024 * 1024
+MAX_MEMBERS = 100_000  # a snapshot holds a few thousand files
 
 
 class BundleError(UserError):
@@ -44,14 +45,23 @@ def extract_archive(archive: Path, dest: Path) -> None:
     """Unpack a snapshot archive into ``dest`` after validating every member."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:
+            members, size = [], 0
+            for member in tar:  # one at a time: the limits hold before the whole list is read
                 check_member(member)
-            if sum(m.size for m in members) > MAX_UNPACKED:
-                raise BundleError(f"sysroot {archive}: archive unpacks to more than 512 MiB")
+                members.append(member)
+                size += member.size
+                if len(members) > MAX_MEMBERS:
+                    raise BundleError(f"sysroot {archive}: more than {MAX_MEMBERS} members")
+                if size > MAX_UNPACKED:
+                    raise BundleError(f"sysroot {archive}: archive unpacks to more than "
+                                      f"{MAX_UNPACKED >> 20} MiB")
             tar.extractall(dest, members=members, filter="tar")  # noqa: S202 - checked above
+    except tarfile.ReadError:
+        raise BundleError(f"sysroot {archive}: not a directory or a snapshot archive (.tar, "
+                          ".tar.gz, .tar.bz2, .tar.xz)") from None
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BundleError(f"sysroot {archive}: not a readable snapshot archive ({exc})") from None
+        raise BundleError(f"sysroot {archive}: not a readable snapshot archive "
+                          f"({' '.join(str(exc).split())})") from None
 
 
 def check_member(member: tarfile.TarInfo) -> None:

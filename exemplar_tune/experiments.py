@@ -302,6 +302,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output is None:
         print(text, end="")
         return EXIT_OK
-    args.output.write_text(text)
+    try:
+        args.output.write_text(text)
+    except OSError as exc:
+        raise UserError(f"report --output {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}")
     return EXIT_OK

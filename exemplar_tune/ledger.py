@@ -184,6 +184,9 @@ def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
             raise
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{self.path}: ledger error: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{self.path}: a ledger record is corrupt (a JSON column: {exc}); "
+                            "'exemplar-tune history' lists what is still readable") from None
     return wrapper
 
 
@@ -197,9 +200,13 @@ class Ledger:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file() and self.path.stat().st_size == 0:
+            raise UserError(f"{self.path}: the ledger is empty (0 bytes): if it held "
+                            "experiments, put back a copy; to start a new ledger, remove the file")
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
         self._conn.row_factory = sqlite3.Row
         try:
+            self._check_identity()
             self._configure()
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -224,6 +231,14 @@ class Ledger:
     def _unreadable(self, exc: Exception) -> UserError:
         return UserError(f"{self.path}: not a readable exemplar-tune ledger ({exc})")
 
+    def _check_identity(self) -> None:
+        """Refuse another application's SQLite file before anything is written to it."""
+        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != APPLICATION_ID and (version or tables):
+            raise UserError(f"{self.path}: an SQLite file, but not an exemplar-tune ledger")
+
     def _configure(self) -> None:
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
@@ -235,10 +250,6 @@ class Ledger:
         """Create or upgrade the schema; a no-op when already current."""
         with self._write():
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app_id != APPLICATION_ID and (version or tables):
-                raise UserError(f"{self.path}: an SQLite file, but not an exemplar-tune ledger")
             if version > SCHEMA_VERSION:
                 raise UserError(f"{self.path}: ledger schema v{version} is newer than this "
                                 f"exemplar-tune understands (v{SCHEMA_VERSION}); upgrade it")

@@ -295,9 +295,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         extravars["exemplar_audit_layers"] = args.layer
     result = run_playbook(_runner(args, check=True), "audit", extravars)
     doc = {"profile": name, **result, "drift": group_drift(result["hosts"])}
-    lines = [f"audit against profile {name}: {len(doc['hosts'])} host(s)"]
+    lines = [f"audit against profile {name}: {len(doc['hosts'])} host(s) answered"
+             + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
     lines += [f"  DRIFT  {g['layer']}/{g['knob']}: {g['count']}/{g['total']} hosts"
-              for g in doc["drift"]] or ["  no drift"]
+              for g in doc["drift"]] or (["  no drift"] if doc["hosts"] else [])
     for host, data in doc["hosts"].items():
         for knob in data["changed"]:
             for change in knob["changes"]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import tarfile
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -49,8 +51,34 @@ def test_file_through_absolute_symlink_is_refused(tmp_path):
 def test_garbage_archive(tmp_path):
     bad = tmp_path / "x.tar.gz"
     bad.write_bytes(b"not an archive")
-    with pytest.raises(BundleError, match="not a readable snapshot"), open_sysroot(str(bad)):
+    with pytest.raises(BundleError) as error, open_sysroot(str(bad)):
         pass
+    assert str(error.value) == (f"sysroot {bad}: not a directory or a snapshot archive (.tar, "
+                                ".tar.gz, .tar.bz2, .tar.xz)")
+
+
+def test_member_count_is_limited_while_reading(tmp_path, monkeypatch):
+    """The limit holds as members are read: the archive is not listed whole first."""
+    monkeypatch.setattr("exemplar_tune.bundle.MAX_MEMBERS", 50)
+    archive = tmp_path / "many.tar"
+    with tarfile.open(archive, "w") as tar:
+        for index in range(500):
+            info = tarfile.TarInfo(f"etc/f{index}")
+            tar.addfile(info, io.BytesIO(b""))
+    seen = []
+    original = tarfile.TarFile.next
+
+    def counting(self):
+        member = original(self)
+        seen.append(member)
+        return member
+
+    monkeypatch.setattr(tarfile.TarFile, "next", counting)
+    before = set(Path(tempfile.gettempdir()).glob("exemplar-sysroot-*"))
+    with pytest.raises(BundleError, match="more than 50 members"), open_sysroot(str(archive)):
+        pass
+    assert len(seen) <= 52
+    assert set(Path(tempfile.gettempdir()).glob("exemplar-sysroot-*")) == before
 
 
 def test_missing_sysroot(tmp_path):
