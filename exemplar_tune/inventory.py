@@ -8,6 +8,8 @@ host by what makes it that machine, for the lock that keeps two controllers apar
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -81,11 +83,14 @@ def _from_sources(sources: str, limit: str | None) -> list[tuple[str, dict[str, 
 
     loader = DataLoader()
     try:
-        inventory = InventoryManager(loader=loader, sources=[sources])
-        inventory.subset(limit)
-        variables = VariableManager(loader=loader, inventory=inventory)
-        return [(host.name, variables.get_vars(host=host, include_hostvars=False))
-                for host in inventory.get_hosts("all")]
+        # Ansible's warnings ("Could not match supplied host pattern") would come before our
+        # own one-line error; the playbook run that follows shows any that still matter
+        with contextlib.redirect_stderr(io.StringIO()):
+            inventory = InventoryManager(loader=loader, sources=[sources])
+            inventory.subset(limit)
+            variables = VariableManager(loader=loader, inventory=inventory)
+            return [(host.name, variables.get_vars(host=host, include_hostvars=False))
+                    for host in inventory.get_hosts("all")]
     except AnsibleError as exc:
         raise InventoryError(f"inventory {sources}: {' '.join(str(exc).split())}") from None
 

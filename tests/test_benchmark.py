@@ -397,3 +397,45 @@ def test_benchmark_failed_is_a_one_line_user_error() -> None:
     err = BenchmarkFailed("dense", "timed out after 60 s")
     assert isinstance(err, UserError) and err.exit_code == 2
     assert str(err) == "benchmark dense: timed out after 60 s" and os.linesep not in str(err)
+
+
+# --- bounded output ---------------------------------------------------------------------------
+
+def test_output_larger_than_the_limit_gives_no_measurement(tmp_path: Path, monkeypatch) -> None:
+    """The output is streamed to the log, never held whole; too much of it: one line."""
+    monkeypatch.setattr("exemplar_tune.benchmark.MAX_OUTPUT", 1 << 20)
+    spec = one(tmp_path, command=python("import sys; sys.stdout.write('value: 1\\n' * 400000)"),
+               parser="regex", pattern=r"value: (\d+)", higher_is_better=False)
+    err = failure(spec, log_dir=tmp_path / "logs")
+    assert err.reason == "no measurement: output too large (3 MiB; at most 1 MiB are parsed)"
+    assert err.log_path is not None and err.log_path.stat().st_size == 3600000
+
+
+def test_a_huge_line_is_cut_and_the_rest_still_parses(tmp_path: Path) -> None:
+    spec = one(tmp_path, command=python("print('x' * 300000); print('value: 7')"),
+               parser="regex", pattern=r"^value: (\d+)$", higher_is_better=False)
+    assert run_benchmark(spec).value == 7
+
+
+@pytest.mark.parametrize("script, why", [
+    ("print('[' * 100000)", "output unparsable (json: too deeply nested)"),
+    ("print('{\"a\": ' * 50000 + '1' + '}' * 50000)", "output unparsable (json: too deeply"),
+])
+def test_deeply_nested_json_is_refused_in_one_line(tmp_path: Path, script: str, why: str
+                                                   ) -> None:
+    err = failure(one(tmp_path, command=python(script), parser="json", path="a",
+                      higher_is_better=False))
+    assert err.reason.startswith(why), err.reason
+
+
+def test_a_size_with_thousands_of_digits_is_unparsable_not_a_crash(tmp_path: Path) -> None:
+    table = GB300_ALLGATHER.read_text().splitlines()
+    row = next(i for i, line in enumerate(table) if line.strip()[:1].isdigit())
+    fields = table[row].split()
+    table[row] = table[row].replace(fields[0], "9" * 5000, 1)
+    capture = tmp_path / "nccl.txt"
+    capture.write_text("\n".join(table) + "\n")
+    spec = one(tmp_path, command=["cat", str(capture)], parser="nccl-tests")
+    err = failure(spec)
+    assert err.reason.startswith("output unparsable (nccl-tests: "), err.reason
+    assert "\n" not in err.reason
