@@ -248,8 +248,8 @@ def _bytes(size: int | str) -> int:
 # --- running ------------------------------------------------------------------------------
 
 def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
-                  log_dir: Path | None = None, inventory: HostSource | None = None
-                  ) -> Measurement:
+                  log_dir: Path | None = None, inventory: HostSource | None = None,
+                  on_submit: Callable[[str], None] | None = None) -> Measurement:
     """Run ``spec``'s command once and parse its output.
 
     ``env`` is added to the controller's environment after ``spec.env`` (it wins). With
@@ -257,10 +257,10 @@ def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
     The output goes to files as it comes, never into memory whole; at most
     :data:`MAX_OUTPUT` bytes are parsed. ``inventory`` (an ``AnsibleRun``: inventory and
     limit) gives a Slurm shape its hosts: ``nodelist: inventory`` and the host of each node;
-    other shapes ignore it.
+    ``on_submit`` gets a Slurm job's name before it is submitted. Other shapes ignore both.
     """
     if spec.slurm is not None:
-        return _run_on_slurm(spec, env or {}, log_dir, inventory)
+        return _run_on_slurm(spec, env or {}, log_dir, inventory, on_submit)
     with tempfile.TemporaryDirectory(prefix="exemplar-bench-") as scratch:
         out_path, err_path = Path(scratch) / "stdout", Path(scratch) / "stderr"
         start = time.monotonic()
@@ -278,13 +278,14 @@ def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
 
 
 def _run_on_slurm(spec: BenchmarkSpec, env: Mapping[str, str], log_dir: Path | None,
-                  inventory: HostSource | None) -> Measurement:
+                  inventory: HostSource | None,
+                  on_submit: Callable[[str], None] | None) -> Measurement:
     """One run of a Slurm shape: the job's ranks' output parsed, its nodes recorded."""
     assert spec.slurm is not None
     try:
         hosts = host_nodes(inventory) if inventory is not None else None
         job = run_job(spec.name, spec.command, spec.slurm, {**spec.env, **env}, spec.timeout,
-                      spec.workdir, hosts)
+                      spec.workdir, hosts, on_submit)
     except (JobError, InventoryError) as exc:
         raise BenchmarkFailed(spec.name, str(exc)) from None
     log_path = None

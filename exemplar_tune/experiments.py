@@ -228,7 +228,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         done = {layer["layer"] for layer in doc["layers"] if layer["status"] in LAYER_DONE}
         seen = {layer["layer"] for layer in doc["layers"]}
         with claim_hosts(_runner(args), "resume"), graceful_stop():
-            end_leftovers(experiment)
+            end_leftovers(ledger, experiment)
             ledger.resume_experiment(experiment)
             print(f"experiment {experiment} resumed")
             todo = [(layer, layer in seen) for layer in options["layers"] if layer not in done]

@@ -27,6 +27,7 @@ from exemplar_tune.lock import hold_hosts
 from exemplar_tune.profile import profile_vars
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce, graceful_stop
+from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
@@ -75,11 +76,17 @@ def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
         raise
 
 
-def end_leftovers(experiment: str) -> None:
-    """End what an earlier controller of ``experiment`` left running (its supervised Ansible
-    and benchmark processes) before this one touches the hosts."""
+def end_leftovers(ledger: Ledger, experiment: str) -> None:
+    """End what an earlier controller of ``experiment`` left running before this one touches
+    the hosts: its supervised Ansible and benchmark processes, and its Slurm jobs."""
     for proc in reaper.tagged_processes(experiment):
         reaper.end_tree(proc)
+    cancelled = cancel_jobs(submitted_jobs(ledger.show(experiment)["events"]))
+    if cancelled:
+        ledger.log_event(experiment, "warning", f"cancelled Slurm job(s) {', '.join(cancelled)} "
+                         "left by an earlier controller")
+        print(f"cancelled Slurm job(s) {', '.join(cancelled)} of experiment {experiment}",
+              file=sys.stderr)
 
 
 def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
@@ -207,7 +214,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             setattr(args, key, getattr(args, key) or value)
         run = _runner(args)
         with claim_hosts(run, f"{args.command} --run {exp['id']}"):
-            end_leftovers(exp["id"])
+            end_leftovers(ledger, exp["id"])
             lines, results = [f"restore of experiment {exp['id']}"], {}
             for layer in reversed(doc["layers"]):
                 result = run_playbook(run, "restore", {

@@ -39,6 +39,7 @@ from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.remediate import changed_hosts, host_records, run_playbook
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
+from exemplar_tune.slurm.jobs import SUBMITTED
 from exemplar_tune.stats import (
     BASELINE,
     CANDIDATE,
@@ -229,7 +230,11 @@ class LayerLoop:
     def _bench(self, spec: BenchmarkSpec, hosts: list[str] | None) -> Any:
         names = ",".join(hosts or self.measured_hosts)
         return run_benchmark(spec, env={HOSTS_VARIABLE: names}, log_dir=self.options.log_dir,
-                             inventory=self.run.limited(names) if names else self.run)
+                             inventory=self.run.limited(names) if names else self.run,
+                             on_submit=self._record_job)
+
+    def _record_job(self, name: str) -> None:
+        self.ledger.log_event(self.experiment, "info", SUBMITTED.format(name))
 
     # -- moving between the arms ------------------------------------------------------------
 

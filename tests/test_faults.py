@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -191,6 +192,8 @@ def test_sigkill_at_each_phase_then_rollback_restores_every_byte(tmp_path, host,
     out = cli("rollback", "--run", "latest")
     assert out.returncode == 0, out.stdout + out.stderr
     assert host_bytes(host) == pristine
+    leftover = f"exemplar-run-{watch.proc.pid}-*"  # the dead run's private directories
+    assert not list(Path(tempfile.gettempdir()).glob(leftover))
     assert show()["experiment"]["status"] == "rolled_back"
     assert "did not finish" not in cli("history").stderr
 
@@ -378,3 +381,23 @@ def test_a_benchmark_output_that_breaks_a_parser_restores_the_layer(tmp_path, ho
     assert "Traceback" not in out.stderr
     assert host_bytes(host) == pristine
     assert show()["experiment"]["status"] == "failed"
+
+
+def test_sigkill_while_waiting_for_a_reboot_then_rollback(tmp_path, monkeypatch):
+    """The vm layer changes the kernel command line and needs a reboot: kill the controller
+    while the hosts reboot; rollback puts the boot configuration back byte for byte."""
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+    create_cluster(tmp_path / "c", "gb300-exemplar-gap", hosts=1)
+    host = tmp_path / "c" / "hosts" / "node01"
+    pristine = host_bytes(host)
+    argv = [sys.executable, "-m", "exemplar_tune.cli", "tune", "-i",
+            str(tmp_path / "c" / "inventory.yml"), "--profile", str(tmp_path / "c/profile.yaml"),
+            "--bench", str(tmp_path / "c/bench.yaml"), "--layer", "vm", "--allow-reboot"]
+    watch = Watch(subprocess.Popen(argv, env=dict(cli_env(), EXEMPLAR_TUNE_STATE_DIR=str(
+        tmp_path / "state")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    watch.until(running("reboot"), timeout=300)
+    kill(watch)
+    out = cli("rollback", "--run", "latest")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert host_bytes(host) == pristine
+    assert show()["experiment"]["status"] == "rolled_back"

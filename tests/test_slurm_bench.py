@@ -309,3 +309,40 @@ def test_bad_slurm_form_on_the_command_line(tmp_path):
     assert out.stderr == (f"exemplar-tune: error: benchmark file {path}: shape 'b': "
                           "slurm.partition: missing (required)\n")
 
+
+
+def test_rollback_cancels_the_job_of_a_killed_controller(loop_setup, slurm_env):
+    """SIGKILL of the controller while its sbatch job runs: its launcher ends with it, the
+    job (sbatch --wait does not take it along) is cancelled by rollback, from the ledger."""
+    import subprocess
+    import sys
+
+    from tests.helpers import cli_env
+    from tests.test_cli import cli
+
+    tmp_path, host = loop_setup
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(yaml.safe_dump({"shapes": [{
+        "name": "dense", "command": ["/bin/sleep", "300"], "parser": "steptime",
+        "slurm": {"mode": "sbatch", "partition": "debug", "nodes": 1}}]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exemplar_tune.cli", "apply", "--layer", "fabric", "--sysroot",
+         str(host), "--profile", str(tmp_path / "profile.yaml"), "--bench", str(bench)],
+        env=dict(cli_env(), EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state"),
+                 SLURM_CONF=str(slurm_env.conf)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def job_running():
+        out = slurm_env.run(["squeue", "-h", "-t", "R", "-o", "%i %j"]).stdout.split()
+        return out[0] if len(out) == 2 and out[1].startswith("exemplar-dense-") else None
+
+    assert slurm_env.wait_for(job_running, 60), "the job never ran"
+    job = job_running()
+    proc.kill()
+    proc.wait()
+    time.sleep(2)
+    assert _state(slurm_env, job) == "RUNNING"  # the controller's death alone leaves it
+    out = cli("rollback", "--run", "latest")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"cancelled Slurm job(s) {job} of experiment" in out.stderr
+    assert slurm_env.wait_for(lambda: _state(slurm_env, job).startswith("CANCELLED"), 30)

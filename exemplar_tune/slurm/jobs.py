@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,8 @@ POLL_S = 5.0
 FINAL_WAIT_S = 15.0
 KILL_GRACE_S = 10.0
 STUCK_REASONS = ("ReqNodeNotAvail",)
+JOB_PREFIX = "exemplar-"
+SUBMITTED = "slurm job {} submitted"  # the ledger event that names a job of an experiment
 
 
 class JobError(RuntimeError):
@@ -68,16 +70,21 @@ class _Launch:
 
 def run_job(name: str, command: Sequence[str], shape: SlurmShape, env: Mapping[str, str],
             timeout: float, workdir: Path | None = None,
-            hosts: Mapping[str, str] | None = None) -> JobRun:
+            hosts: Mapping[str, str] | None = None,
+            on_submit: Callable[[str], None] | None = None) -> JobRun:
     """Run shape ``name`` (``command`` on every rank) as a Slurm job and collect it.
 
     ``env`` is added to the launcher's environment and its names to ``--export``; ``hosts``
     maps inventory hosts to Slurm nodes (needed by ``nodelist: inventory``; used to name the
-    host of each node). Raises :class:`JobError` only when nothing could be submitted.
+    host of each node). ``on_submit`` receives the job's unique name before it is submitted
+    (the loop records it, so that a job of a controller that died can be cancelled). Raises
+    :class:`JobError` only when nothing could be submitted.
     """
     start = time.monotonic()
     nodes = _requested_nodes(shape, hosts)
-    job_name = f"exemplar-{name}-{secrets.token_hex(4)}"
+    job_name = f"{JOB_PREFIX}{name}-{secrets.token_hex(4)}"
+    if on_submit is not None:
+        on_submit(job_name)
     try:
         if shape.mode == "srun":
             launch = _run_srun(shape, command, job_name, nodes, env, timeout, workdir)
@@ -189,6 +196,35 @@ def _stop(proc: subprocess.Popen[bytes], job_name: str) -> tuple[bytes, bytes]:
 
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
+
+
+def cancel_jobs(names: Iterable[str]) -> list[str]:
+    """Cancel the jobs named ``names`` that Slurm still runs or queues; their ids.
+
+    Nothing happens (``[]``) when none is active or Slurm cannot be asked: the jobs of a
+    finished run have ended long ago, and a host without a Slurm client ran none.
+    """
+    names = sorted({n for n in names if n.startswith(JOB_PREFIX)})
+    if not names:
+        return []
+    try:
+        listed = subprocess.run([program("squeue"), "--noheader", f"--name={','.join(names)}",
+                                 "-o", "%i"], capture_output=True, text=True, timeout=30,
+                                check=False)
+        ids = listed.stdout.split() if listed.returncode == 0 else []
+        if ids:
+            subprocess.run([program("scancel"), *ids], capture_output=True, timeout=30,
+                           check=False)
+    except (SlurmError, OSError, subprocess.SubprocessError):
+        return []
+    return ids
+
+
+def submitted_jobs(events: Iterable[dict]) -> list[str]:
+    """The names of the jobs an experiment's ledger events say it submitted."""
+    head, _, tail = SUBMITTED.partition("{}")
+    return [e["message"][len(head):len(e["message"]) - len(tail)] for e in events
+            if e["message"].startswith(head) and e["message"].endswith(tail)]
 
 
 def find_job(job_name: str) -> JobRecord | None:
