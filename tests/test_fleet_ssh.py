@@ -25,6 +25,8 @@ from tests.conftest import SYSROOTS
 from tests.helpers import cli_env, tree_hash
 from tests.sshfleet import CONTROLLER, Fleet, leftovers
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 TREES = {"xtf1": "h100-x86", "xtf2": "h100-x86", "xtf3": "healthy-h100"}
 PROBLEM_HOSTS = ["xtf1", "xtf2"]
 # the profile the cpu role tests use; both fixtures keep their Slurm job under system.slice,

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 SCENARIOS = sorted(p.name for p in (REPO / "extensions" / "molecule").iterdir()
                    if (p / "molecule.yml").is_file())
 

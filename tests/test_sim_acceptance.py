@@ -18,6 +18,8 @@ from exemplar_tune.sim.model import host_state, load_scenario
 from tests.helpers import cli_env, tree_hash
 from tests.test_cli import cli
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 KEPT_ON_GB300 = ("vm", "cpu", "runtime", "fabric")
 
 

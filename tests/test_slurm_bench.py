@@ -25,6 +25,8 @@ from exemplar_tune.benchmark import (
 )
 from tests.helpers import tree_hash
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 RANK = ["/bin/sh", "-c", 'echo "step_time=$((100 + SLURM_PROCID))"; '
         'echo "rank $SLURM_PROCID ran on $SLURMD_NODENAME" >&2']
 

@@ -18,6 +18,8 @@ import yaml
 from tests.helpers import cli_env
 from tests.slurmcluster import node_sysroots
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 HOSTS = {"gpu01": "node1", "gpu02": "node2", "gpu03": "node3", "gpu04": "node4"}
 
 

@@ -27,6 +27,8 @@ from exemplar_tune.profile import load_profile
 from tests.conftest import SYSROOTS
 from tests.helpers import cli_env
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 SLURM_CLUSTER = {"nodes": 2, "fake_gpus": 8, "extra": "TaskPlugin=task/affinity"}
 TOPO = SYSROOTS / "h100-x86" / "etc" / "nccl" / "topo.xml"
 WRAPPER = """#!/bin/sh

@@ -20,6 +20,8 @@ from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from tests.helpers import cli_env
 from tests.slurmcluster import node_sysroots
 
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
+
 PLAYBOOK = """- name: Slurm prolog gate
   hosts: all
   gather_facts: false

@@ -9,7 +9,11 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
 
 
 def _run(argv, env, cwd=None, timeout=600):
