@@ -158,9 +158,17 @@ def _envvars(pdd: Path) -> dict[str, str]:
         "ANSIBLE_COLLECTIONS_PATH": str(collections),
         "PATH": path,
         "ANSIBLE_LOCAL_TEMP": str(pdd / "tmp"),
+        # module payloads of local-connection hosts: removed with the run's directory, also
+        # when a killed run could not remove them itself
+        "TMPDIR": _directory(pdd / "tmp"),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
     }
+
+
+def _directory(path: Path) -> str:
+    path.mkdir(exist_ok=True)
+    return str(path)
 
 
 def _supervised_programs(directory: Path) -> str:
