@@ -28,6 +28,8 @@ from exemplar_tune.collection import link_collection
 
 LOG = logging.getLogger(__name__)
 RUN_DIR_PREFIX = "exemplar-run-"  # + the controller's pid: stale ones are found and removed
+# every private temporary directory of a controller: <prefix><pid>-<random>
+SCRATCH_PREFIXES = (RUN_DIR_PREFIX, "exemplar-bench-", "exemplar-slurm-", "exemplar-sysroot-")
 HOST_EVENTS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -139,11 +141,12 @@ class AnsibleRun:
 
 
 def _remove_stale_run_dirs() -> None:
-    """Remove the private directories of runs whose controller was killed."""
-    for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*"):
-        pid = path.name[len(RUN_DIR_PREFIX):].partition("-")[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+    """Remove the private temporary directories of controllers that were killed."""
+    for prefix in SCRATCH_PREFIXES:
+        for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+            pid = path.name[len(prefix):].partition("-")[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _module_args(args: dict[str, Any]) -> str | None:

@@ -261,7 +261,7 @@ def run_benchmark(spec: BenchmarkSpec, *, env: Mapping[str, str] | None = None,
     """
     if spec.slurm is not None:
         return _run_on_slurm(spec, env or {}, log_dir, inventory, on_submit)
-    with tempfile.TemporaryDirectory(prefix="exemplar-bench-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"exemplar-bench-{os.getpid()}-") as scratch:
         out_path, err_path = Path(scratch) / "stdout", Path(scratch) / "stderr"
         start = time.monotonic()
         rc, timed_out = _execute(spec, env or {}, out_path, err_path)

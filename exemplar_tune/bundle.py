@@ -8,9 +8,11 @@ archive are refused with one clear error, before anything is written.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -33,7 +35,7 @@ def open_sysroot(path: str) -> Iterator[str]:
         return
     if not source.exists():
         raise BundleError(f"sysroot {path}: no such file or directory")
-    workdir = tempfile.mkdtemp(prefix="exemplar-sysroot-")
+    workdir = tempfile.mkdtemp(prefix=f"exemplar-sysroot-{os.getpid()}-")
     try:
         extract_archive(source, Path(workdir))
         yield workdir
@@ -59,7 +61,7 @@ def extract_archive(archive: Path, dest: Path) -> None:
     except tarfile.ReadError:
         raise BundleError(f"sysroot {archive}: not a directory or a snapshot archive (.tar, "
                           ".tar.gz, .tar.bz2, .tar.xz)") from None
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise BundleError(f"sysroot {archive}: not a readable snapshot archive "
                           f"({' '.join(str(exc).split())})") from None
 

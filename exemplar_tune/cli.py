@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import sys
 from pathlib import Path
 
@@ -517,17 +518,35 @@ def main(argv: list[str] | None = None) -> int:
                "continues, 'exemplar-tune rollback --run EXPERIMENT' restores")
         return exc.exit_code
     except Interrupted as exc:
-        _error(f"interrupted ({exc}): the layer being changed was restored")
+        _error(f"interrupted ({exc})" + (f": {exc.note}" if exc.note else ""))
         return exc.exit_code
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
-    except BrokenPipeError:  # the reader went away (``| head``): no more output, no noise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            _error(f"internal error: {crash_report(exc)}")
+            return EXIT_INTERNAL
+        return EXIT_BROKEN_PIPE  # the reader went away (``| head``): no more output, no noise
     except Exception as exc:  # a bug: one line, the traceback in a file
         _error(f"internal error: {crash_report(exc)}")
         return EXIT_INTERNAL
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (``poll`` reports an error on it); if
+    so, stdout now points at /dev/null, so that the interpreter's last flush stays quiet."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        closed = any(event & select.POLLERR for _fd, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+    if closed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return closed
 
 
 def _error(message: str) -> None:

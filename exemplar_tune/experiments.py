@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,14 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.ledger import LAYER_DONE, Ledger
 from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
-from exemplar_tune.remediate import _runner, claim_hosts, end_leftovers, recorded, run_playbook
+from exemplar_tune.remediate import (
+    _runner,
+    claim_hosts,
+    end_leftovers,
+    ledger_target,
+    recorded,
+    run_playbook,
+)
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
@@ -69,8 +75,7 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
     specs = load_benchmarks(args.bench)
     if getattr(args, "dry_run", False):
         return _dry_run(args, profile, specs, layers)
-    target = {"inventory": _absolute(args.inventory), "limit": args.limit,
-              "sysroot": _absolute(args.sysroot)}
+    target = ledger_target(args)
     options = {"bench": str(Path(args.bench).resolve()), "layers": layers,
                "profile": _profile_ref(args.profile), "min_effect": args.min_effect,
                "confidence": args.confidence,
@@ -84,12 +89,6 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
             ledger.set_summary(experiment, {"preflight": _preflight_groups(args, profile)})
             return _walk(ledger, experiment, args, profile, specs, [(layer, False)
                                                                     for layer in layers])
-
-
-def _absolute(path: str | None) -> str | None:
-    """An inventory file or sysroot as an absolute path (a host list stays as it is), so that
-    ``resume`` and ``rollback`` reach the same hosts from any directory."""
-    return os.path.abspath(path) if path and os.path.exists(path) else path
 
 
 def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list[dict]:
@@ -239,7 +238,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _resumable(ledger: Ledger, wanted: str | None) -> str:
     """The unfinished experiment to resume: ``wanted`` or the only one whose controller died."""
     dead = [e for e in ledger.unfinished() if e["controller_alive"] is False]
-    dead += [e for e in ledger.history(50) if e["status"] == "interrupted"]
+    dead += [e for e in ledger.history(50) if e["status"] == "interrupted"
+             and "profile" in (e["options"] or {})]  # a measured one: a plain apply is not
     stopped = [e for e in ledger.history(50) if e["status"] == "failed"]
     if wanted:
         exp = ledger.show(wanted)["experiment"]

@@ -59,8 +59,9 @@ def host_identities(source: HostSource) -> dict[str, str]:
     """``{host: identity}``: the machine each host is, whatever the inventory calls it.
 
     A host that works inside a sysroot (``exemplar_sysroot``) is that directory; any other
-    is its address (``ansible_host``, else its name) with ``ansible_port`` when set. Two
-    inventories, paths or limits that reach the same machine give the same identity.
+    is its address (``ansible_host``, else its name; lower case) with ``ansible_port`` when
+    it is not 22. Two inventories, paths or limits that reach the same machine by the same
+    address give the same identity (a host reached once by name and once by IP does not).
     """
     identities = {}
     for host, hostvars in inventory_hosts(source):
@@ -68,9 +69,9 @@ def host_identities(source: HostSource) -> dict[str, str]:
         if sysroot and sysroot != "/":
             identities[host] = "sysroot:" + os.path.realpath(str(sysroot))
         else:
-            address = str(hostvars.get("ansible_host") or host)
-            port = hostvars.get("ansible_port")
-            identities[host] = f"{address}:{port}" if port else address
+            address = str(hostvars.get("ansible_host") or host).lower().rstrip(".")
+            port = str(hostvars.get("ansible_port") or "22")
+            identities[host] = address if port == "22" else f"{address}:{port}"
     return identities
 
 
@@ -83,16 +84,20 @@ def _from_sources(sources: str, limit: str | None) -> list[tuple[str, dict[str, 
 
     loader = DataLoader()
     try:
-        # Ansible's warnings ("Could not match supplied host pattern") would come before our
-        # own one-line error; the playbook run that follows shows any that still matter
-        with contextlib.redirect_stderr(io.StringIO()):
+        # Ansible's warnings go into our one-line error when no host is found, not before it
+        warnings = io.StringIO()
+        with contextlib.redirect_stderr(warnings):
             inventory = InventoryManager(loader=loader, sources=[sources])
             inventory.subset(limit)
             variables = VariableManager(loader=loader, inventory=inventory)
-            return [(host.name, variables.get_vars(host=host, include_hostvars=False))
-                    for host in inventory.get_hosts("all")]
+            found = [(host.name, variables.get_vars(host=host, include_hostvars=False))
+                     for host in inventory.get_hosts("all")]
     except AnsibleError as exc:
         raise InventoryError(f"inventory {sources}: {' '.join(str(exc).split())}") from None
+    if not found and "Unable to parse" in warnings.getvalue():
+        raise InventoryError(f"inventory {sources}: Ansible cannot parse it (ansible-inventory "
+                             f"-i {sources} --list shows why)")
+    return found
 
 
 def _from_mapping(data: Mapping[str, Any], limit: str | None) -> list[tuple[str, dict]]:

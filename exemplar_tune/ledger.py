@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.runs import new_run_id, state_dir
+from exemplar_tune.signals import signals_deferred
 
 APPLICATION_ID = 0x45544C47  # "ETLG"
 KINDS = ("apply", "tune")
@@ -263,23 +264,33 @@ class Ledger:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: committed on success, rolled back on any exception."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        """One write transaction: committed on success, rolled back on any exception.
+
+        SIGINT and SIGTERM wait until it ends (:func:`signals_deferred`), so a stop never
+        leaves a transaction open that would refuse every later write.
+        """
+        with signals_deferred():
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction, so that a multi-table read sees one snapshot."""
-        self._conn.execute("BEGIN")
-        try:
-            yield self._conn
-        finally:
-            self._conn.execute("COMMIT")
+        with signals_deferred():
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                self._conn.execute("COMMIT")
 
     def _require_experiment(self, exp: str) -> None:
         found = self._conn.execute("SELECT 1 FROM experiments WHERE id = ?", (exp,)).fetchone()

@@ -1,16 +1,19 @@
 """One controller at a time per host: a registry of the hosts each live controller changes.
 
-Every command that changes hosts (``apply``, ``restore``/``rollback``, ``tune``, ``resume``,
-``slurm drain``/``resume``) holds its hosts for as long as it runs, by identity
+Every command that changes hosts (``apply``, ``restore``/``rollback``, ``tune``, ``resume``)
+holds its hosts for as long as it runs, by identity
 (:func:`exemplar_tune.inventory.host_identities`: the machine, not the inventory's text), so
 the same hosts reached through another inventory path, another ``--limit`` or another
-command are refused with the holder's pid, host, command and start time.
+command are refused with the holder's pid, host, command and start time. ``slurm drain`` and
+``resume`` hold one shared name for the Slurm node states: one of them at a time.
 
 The registry is ``<state_dir>/locks/hosts.json``, read and rewritten under an ``flock`` on
 ``<state_dir>/locks/registry.lock`` that is held only for that moment. An entry whose
 controller is dead (the pid is gone, or is another process now: its start time differs) is
 a stale claim and is dropped by the next controller that looks, so a controller killed with
-SIGKILL never blocks its hosts. ``flock`` is per machine: on a state directory shared over
+SIGKILL never blocks its hosts. Claims made on another machine (a state directory shared
+between controllers) cannot be checked and are kept; the refusal says so and names the file.
+``flock`` is per machine: on a state directory shared over
 NFS it does not keep controllers on different machines apart.
 """
 
@@ -54,7 +57,7 @@ def hold_hosts(state_dir: Path | str, identities: Iterable[str], command: str) -
         for claim in claims:
             shared = sorted(set(claim["hosts"]) & set(mine["hosts"]))
             if shared:
-                raise _busy(claim, shared)
+                raise _busy(claim, shared, registry_path(state_dir))
         claims.append(mine)
     try:
         yield
@@ -87,12 +90,20 @@ def _registry(state_dir: Path | str) -> Iterator[list[dict[str, Any]]]:
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
+    """The claims in the registry (none when it does not exist yet); ``UserError`` when it
+    cannot be read: claims of live controllers must never be dropped silently."""
     try:
         data = json.loads(path.read_text() or "[]")
-    except (OSError, ValueError):
-        return []  # missing or torn: every live controller writes its claim again on exit
-    return [c for c in data if isinstance(c, dict) and isinstance(c.get("hosts"), list)] \
-        if isinstance(data, list) else []
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise UserError(f"lock registry {path} is unreadable ({exc}); once no exemplar-tune "
+                        "runs on this machine, remove it") from None
+    if not isinstance(data, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("hosts"), list) for c in data):
+        raise UserError(f"lock registry {path} is not a list of claims; once no exemplar-tune "
+                        "runs on this machine, remove it")
+    return data
 
 
 def _alive(claim: dict[str, Any]) -> bool:
@@ -111,9 +122,12 @@ def _created(pid: int) -> float | None:
         return None
 
 
-def _busy(claim: dict[str, Any], shared: list[str]) -> UserError:
+def _busy(claim: dict[str, Any], shared: list[str], registry: Path) -> UserError:
     hosts = ", ".join(shared[:SHOWN_HOSTS]) + (f" and {len(shared) - SHOWN_HOSTS} more"
                                                if len(shared) > SHOWN_HOSTS else "")
+    elsewhere = claim.get("host") != socket.gethostname()
     return UserError(f"another exemplar-tune (pid {claim.get('pid')} on {claim.get('host')}, "
                      f"'{claim.get('command')}', since {claim.get('started')}) is changing "
-                     f"{hosts}; wait for it or stop it, then try again")
+                     f"{hosts}; wait for it or stop it, then try again"
+                     + (f" (a claim from another machine: if that controller is gone, remove "
+                        f"its entry from {registry})" if elsewhere else ""))

@@ -12,7 +12,8 @@ benchmark command, a Slurm launcher) runs under a small supervisor,
   children instead of init's, so it can always find them;
 * on any SIGTERM, SIGINT or SIGHUP ends its whole tree (SIGTERM, then SIGKILL after
   :data:`GRACE_S`) and exits ``128 + signal``; otherwise it exits as its command did (with
-  its status, or by the same signal).
+  its status, or by the same signal), leaving alone what the command meant to outlive it
+  (an SSH ControlPersist master, say).
 
 The ``--tag`` (from :data:`TAG_VARIABLE`, see :func:`tagged`) names the experiment the
 process works for: ``rollback`` and ``resume`` look
@@ -26,6 +27,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -59,24 +61,30 @@ def command(argv: list[str]) -> list[str]:
     """``argv`` wrapped in the supervisor, for a child of this process."""
     tag = os.environ.get(TAG_VARIABLE)
     tagged = [TAG_OPTION, tag] if tag else []
-    return [sys.executable, "-m", "exemplar_tune.reaper", "--parent", str(os.getpid()),
-            *tagged, "--", *argv]
+    return [*_python(), "-m", "exemplar_tune.reaper", "--parent", str(os.getpid()), *tagged,
+            "--", *argv]
+
+
+def _python() -> list[str]:
+    """This interpreter, isolated from the command's directory and ``PYTHON*`` variables
+    (``-P -E``): a benchmark's working directory or environment cannot replace the
+    supervisor's own modules."""
+    return [sys.executable, "-P", "-E"]
 
 
 def shim(real: str) -> str:
     """The text of an executable that runs ``real`` (with its arguments) supervised.
 
     Put first on ``PATH`` under ``real``'s name, it supervises programs that a library starts
-    by name (ansible-runner starts ``ansible-playbook``). ``--parent`` is the shim's own parent
-    at start: whoever started it, this controller.
+    by name (ansible-runner starts ``ansible-playbook``). A shell script, so that no
+    interpreter path has to fit a ``#!`` line; ``exec`` keeps the shell's pid, so the
+    supervisor's parent is whoever started the shim: this controller.
     """
     tag = os.environ.get(TAG_VARIABLE)
-    tagged = f", {TAG_OPTION!r}, {tag!r}" if tag else ""
-    return (f"#!{sys.executable}\n"
-            "import os, sys\n"
-            f"argv = [{sys.executable!r}, '-m', 'exemplar_tune.reaper', '--parent', "
-            f"str(os.getppid()){tagged}, '--', {real!r}, *sys.argv[1:]]\n"
-            "os.execv(argv[0], argv)\n")
+    argv = [*_python(), "-m", "exemplar_tune.reaper", "--parent", "PPID",
+            *([TAG_OPTION, tag] if tag else []), "--", real]
+    quoted = " ".join('"$PPID"' if word == "PPID" else shlex.quote(word) for word in argv)
+    return f'#!/bin/sh\nexec {quoted} "$@"\n'
 
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
@@ -92,18 +100,23 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
 def end_tree(root: psutil.Process, grace: float = GRACE_S) -> None:
     """SIGTERM ``root`` and its descendants, SIGKILL what is left after ``grace`` seconds."""
     with contextlib.suppress(psutil.NoSuchProcess):
-        procs = [root, *root.children(recursive=True)]
-        _signal_all(procs, signal.SIGTERM)
-        _gone, alive = psutil.wait_procs(procs, timeout=grace)
-        _signal_all(alive, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=grace)
+        _end([root, *root.children(recursive=True)], grace)
+
+
+def _end(procs: list[psutil.Process], grace: float) -> None:
+    _signal_all(procs, signal.SIGTERM)
+    _gone, alive = psutil.wait_procs(procs, timeout=grace)
+    _signal_all(alive, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=grace)
 
 
 def _tag_of(args: list[str]) -> str | None:
-    if TAG_OPTION in args:
-        index = args.index(TAG_OPTION)
-        if index + 1 < len(args):
-            return args[index + 1]
+    """The supervisor's own ``--tag`` (before ``--``; the command's options are not ours)."""
+    own = args[:args.index("--")] if "--" in args else args
+    if TAG_OPTION in own:
+        index = own.index(TAG_OPTION)
+        if index + 1 < len(own):
+            return own[index + 1]
     return None
 
 
@@ -124,11 +137,7 @@ def _prctl(option: int, value: int) -> bool:
 def _end_children(grace: float) -> None:
     """End every descendant of this process (its command and what the command left)."""
     me = psutil.Process()
-    children = me.children(recursive=True)
-    _signal_all(children, signal.SIGTERM)
-    _gone, alive = psutil.wait_procs(children, timeout=grace)
-    _signal_all(alive, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=grace)
+    _end(me.children(recursive=True), grace)
     for orphan in me.children(recursive=True):  # started while we were ending the others
         with contextlib.suppress(psutil.NoSuchProcess):
             orphan.kill()

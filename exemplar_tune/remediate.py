@@ -68,6 +68,8 @@ def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
     except Interrupted as exc:
         ledger.log_event(experiment, "warning", f"interrupted by {exc}")
         ledger.finish(experiment, "interrupted")
+        exc.note = "; ".join(filter(None, [exc.note, f"'exemplar-tune rollback --run "
+                                           f"{experiment}' puts back what it changed"]))
         raise
     except BaseException as exc:
         ledger.log_event(experiment, "error", f"{type(exc).__name__}: "
@@ -167,7 +169,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     run = _runner(args)
     with claim_hosts(run, f"apply --layer {args.layer}"), graceful_stop(), \
             Ledger(args.ledger) as ledger:
-        experiment = ledger.start_experiment("apply", name, _target(args),
+        experiment = ledger.start_experiment("apply", name, ledger_target(args),
                                              {"layer": args.layer})
         run_id = args.run_id or experiment
         with recorded(ledger, experiment), reaper.tagged(experiment):
@@ -189,9 +191,9 @@ def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str 
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
 
-def _target(args: argparse.Namespace) -> dict[str, Any]:
-    """What reaches the same hosts again from any directory (kept in the ledger for restore):
-    inventory files and sysroots as absolute paths."""
+def ledger_target(args: argparse.Namespace) -> dict[str, Any]:
+    """What reaches the same hosts again from any directory (kept in the ledger for restore
+    and resume): inventory files and sysroots as absolute paths (a host list as it is)."""
     def absolute(path: str | None) -> str | None:
         return os.path.abspath(path) if path and os.path.exists(path) else path
 
@@ -240,8 +242,11 @@ def cmd_abandon(args: argparse.Namespace) -> int:
             if not sys.stdin.isatty():
                 raise UserError("abandon asks for confirmation: run it in a terminal, or add "
                                 "--yes")
-            answer = input(f"abandon experiment {exp['id']} ({exp['status']}); hosts it changed "
-                           "stay changed. Type 'abandon' to confirm: ")
+            try:
+                answer = input(f"abandon experiment {exp['id']} ({exp['status']}); hosts it "
+                               "changed stay changed. Type 'abandon' to confirm: ")
+            except EOFError:
+                answer = ""
             if answer.strip() != "abandon":
                 print("not abandoned")
                 return EXIT_USAGE
@@ -280,7 +285,7 @@ def _latest_with_changes(ledger: Ledger) -> str:
     """The newest experiment that changed something (or may have: it never finished)."""
     for row in ledger.history(limit=1000):
         doc = ledger.show(row["id"])
-        if row["status"] == "running" or any(h["changed"] for h in doc["hosts"]):
+        if row["status"] in ("running", "interrupted") or any(h["changed"] for h in doc["hosts"]):
             return row["id"]
     return "latest"  # nothing changed anywhere: the newest one, or a clear "no experiment"
 

@@ -10,6 +10,7 @@ experiment stays as it is for ``resume`` or ``rollback``.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +26,7 @@ class Interrupted(BaseException):
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
+        self.note = ""  # what was done about it (set by whoever cleaned up), for the message
         super().__init__(signal.Signals(signum).name)
 
     @property
@@ -38,6 +40,20 @@ class StoppedAtOnce(Interrupted):
 
 
 @contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the block (a short critical section such as a ledger
+    transaction); they are delivered, and their handlers run, when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers run in the main thread only; nothing to hold back here
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
 def graceful_stop() -> Iterator[None]:
     """Within the block, SIGINT/SIGTERM raise :class:`Interrupted`, then
     :class:`StoppedAtOnce`; the previous handlers come back afterwards."""
@@ -47,9 +63,11 @@ def graceful_stop() -> Iterator[None]:
         seen.append(signum)
         raise (Interrupted if len(seen) == 1 else StoppedAtOnce)(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in HANDLED}
+    with signals_deferred():
+        previous = {sig: signal.signal(sig, handler) for sig in HANDLED}
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        with signals_deferred():
+            for sig, old in previous.items():
+                signal.signal(sig, old)

@@ -151,20 +151,22 @@ class LayerLoop:
             outcome.halt = True
         return outcome
 
-    def _interrupted(self, scope: Scope, signal: Interrupted) -> None:
+    def _interrupted(self, scope: Scope, stop: Interrupted) -> None:
         """Restore the layer being measured after the first SIGINT/SIGTERM; leave it pending,
         so that ``resume`` measures it again."""
-        self.options.progress(f"{scope.layer}: {signal} received: restoring the layer "
+        self.options.progress(f"{scope.layer}: {stop} received: restoring the layer "
                               "(send it again to stop at once)")
         try:
-            self._restore(scope)
+            self._restore(scope, scope.hosts + scope.rest)
         except HostsLost as exc:
             self.ledger.log_event(self.experiment, "error", f"{scope.layer}: interrupted by "
-                                  f"{signal}; {exc}")
+                                  f"{stop}; {exc}")
+            stop.note = f"the {scope.layer} layer could not be restored everywhere: {exc}"
             return
+        stop.note = f"the {scope.layer} layer was restored"
         self.ledger.set_layer_status(self.experiment, scope.layer, "pending")
         self.ledger.log_event(self.experiment, "warning", f"{scope.layer}: interrupted by "
-                              f"{signal}; the layer was restored")
+                              f"{stop}; the layer was restored")
 
     def _undo_interrupted(self, layer: str, run_id: str) -> str | None:
         """Restore a layer an earlier controller left half-measured on the hosts it recorded
@@ -183,8 +185,10 @@ class LayerLoop:
         return None
 
     def _fail_restoring(self, scope: Scope, reason: str) -> LayerOutcome:
+        """Restore the layer on every host it may have reached (canary and roll-out), then
+        record it failed with ``reason``."""
         try:
-            self._restore(scope)
+            self._restore(scope, scope.hosts + scope.rest)
         except HostsLost as exc:
             reason = f"{reason}; {exc}"
         return self._finish(scope.layer, "failed", reason, status="failed")

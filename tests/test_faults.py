@@ -181,13 +181,19 @@ PHASES = {
 }
 
 
-@pytest.mark.parametrize("phase", PHASES)
-def test_sigkill_at_each_phase_then_rollback_restores_every_byte(tmp_path, host, phase):
+def killed_at(tmp_path: Path, host: Path, phase: str) -> tuple[Watch, dict[str, tuple]]:
+    """A measured run whose controller was SIGKILLed at ``phase``, and the host before it."""
     bench(tmp_path, slow_run=2 if phase == "benchmarking" else None)
     pristine = host_bytes(host)
     watch = Watch(start(tmp_path, host))
     watch.until(PHASES[phase](tmp_path, host))
     kill(watch)
+    return watch, pristine
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_sigkill_at_each_phase_then_rollback_restores_every_byte(tmp_path, host, phase):
+    watch, pristine = killed_at(tmp_path, host, phase)
     assert show()["experiment"]["status"] == "running"  # its controller is dead
     out = cli("rollback", "--run", "latest")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -200,11 +206,7 @@ def test_sigkill_at_each_phase_then_rollback_restores_every_byte(tmp_path, host,
 
 @pytest.mark.parametrize("phase", ["applying", "benchmarking"])
 def test_sigkill_then_resume_finishes_the_experiment(tmp_path, host, phase):
-    bench(tmp_path, slow_run=2 if phase == "benchmarking" else None)
-    pristine = host_bytes(host)
-    watch = Watch(start(tmp_path, host))
-    watch.until(PHASES[phase](tmp_path, host))
-    kill(watch)
+    _, pristine = killed_at(tmp_path, host, phase)
     out = cli("resume")
     assert out.returncode == 0, out.stdout + out.stderr
     doc = show()
@@ -247,25 +249,34 @@ def test_sigkill_at_a_random_time(tmp_path, host, seed):
     while time.monotonic() < deadline and watch.proc.poll() is None:
         watch.poll()
         time.sleep(0.02)
-    if watch.proc.poll() is None:
-        kill(watch)
+    assert watch.proc.poll() is None, f"the run ended before {delay:.1f} s"
+    kill(watch)
     out = cli("rollback", "--run", "latest")
     assert out.returncode == 0, (delay, out.stdout + out.stderr)
     assert host_bytes(host) == pristine, delay
     assert show()["experiment"]["status"] == "rolled_back"
 
 
-def test_sigterm_restores_the_layer_records_it_and_resume_continues(tmp_path, host):
+def measuring(tmp_path: Path, host: Path) -> tuple[Watch, dict[str, tuple]]:
+    """A measured run held in its first candidate benchmark (the layer applied), and the
+    host as it was before."""
     bench(tmp_path, slow_run=2)
     pristine = host_bytes(host)
     watch = Watch(start(tmp_path, host))
     watch.until(bench_started(tmp_path, 2))
+    return watch, pristine
+
+
+def test_sigterm_restores_the_layer_records_it_and_resume_continues(tmp_path, host):
+    watch, pristine = measuring(tmp_path, host)
     assert "NCCL_IB_QPS_PER_CONNECTION=4" in (host / "etc/nccl.conf").read_text()
     watch.proc.send_signal(signal.SIGTERM)
     out, err = watch.proc.communicate(timeout=120)
     assert watch.proc.returncode == 128 + signal.SIGTERM
-    assert err.strip().splitlines()[-1] == ("exemplar-tune: error: interrupted (SIGTERM): the "
-                                            "layer being changed was restored")
+    experiment = show()["experiment"]["id"]
+    assert err.strip().splitlines()[-1] == (
+        "exemplar-tune: error: interrupted (SIGTERM): the fabric layer was restored; "
+        f"'exemplar-tune rollback --run {experiment}' puts back what it changed")
     assert "Traceback" not in err
     assert watch.left() == []
     assert host_bytes(host) == pristine
@@ -280,10 +291,7 @@ def test_sigterm_restores_the_layer_records_it_and_resume_continues(tmp_path, ho
 
 
 def test_a_second_sigint_stops_at_once_and_leaves_it_resumable(tmp_path, host):
-    bench(tmp_path, slow_run=2)
-    pristine = host_bytes(host)
-    watch = Watch(start(tmp_path, host))
-    watch.until(bench_started(tmp_path, 2))
+    watch, pristine = measuring(tmp_path, host)
     watch.proc.send_signal(signal.SIGINT)
     watch.until(running("restore"))
     watch.proc.send_signal(signal.SIGINT)
@@ -298,10 +306,8 @@ def test_a_second_sigint_stops_at_once_and_leaves_it_resumable(tmp_path, host):
 
 
 def test_every_changing_command_is_refused_while_a_run_holds_the_host(tmp_path, host):
-    bench(tmp_path, slow_run=2)
-    proc = start(tmp_path, host)
-    watch = Watch(proc)
-    watch.until(bench_started(tmp_path, 2))
+    watch, _ = measuring(tmp_path, host)
+    proc = watch.proc
     experiment = show()["experiment"]["id"]
     inventory = tmp_path / "cluster" / "inventory.yml"
     profile = str(tmp_path / "profile.yaml")

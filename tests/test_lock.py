@@ -75,11 +75,25 @@ def test_many_hosts_are_named_briefly(tmp_path: Path) -> None:
     assert "gpu000, gpu001, gpu002, gpu003, gpu004 and 35 more;" in str(error.value)
 
 
-def test_a_torn_registry_is_read_as_empty_and_rewritten(tmp_path: Path) -> None:
+def test_a_torn_registry_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """Reading it as empty would drop the claims of live controllers."""
     registry_path(tmp_path).parent.mkdir(parents=True)
     registry_path(tmp_path).write_text('[{"pid": 1, "hos')
-    with hold_hosts(tmp_path, ["gpu01"], "apply"):
-        assert len(json.loads(registry_path(tmp_path).read_text())) == 1
+    with pytest.raises(UserError, match="lock registry .* is unreadable"), \
+            hold_hosts(tmp_path, ["gpu01"], "apply"):
+        pass
+    assert registry_path(tmp_path).read_text() == '[{"pid": 1, "hos'
+
+
+def test_a_claim_from_another_machine_is_kept_and_explained(tmp_path: Path) -> None:
+    registry_path(tmp_path).parent.mkdir(parents=True)
+    registry_path(tmp_path).write_text(json.dumps([{
+        "token": "x", "pid": 1, "host": "other-controller", "created": 1.0,
+        "command": "tune", "started": "2026-01-01T00:00:00Z", "hosts": ["gpu01"]}]))
+    with pytest.raises(UserError, match="a claim from another machine: if that controller is "
+                       "gone, remove its entry from .*hosts.json"), \
+            hold_hosts(tmp_path, ["gpu01"], "apply"):
+        pass
 
 
 def test_concurrent_claimers_never_both_win(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -340,9 +341,13 @@ def test_rollback_cancels_the_job_of_a_killed_controller(loop_setup, slurm_env):
 
     assert slurm_env.wait_for(job_running, 60), "the job never ran"
     job = job_running()
+    launchers = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                 if "sbatch" in " ".join(p.cmdline())]
+    assert launchers, "no sbatch under the controller"
     proc.kill()
     proc.wait()
-    time.sleep(2)
+    assert slurm_env.wait_for(lambda: not any(p.is_running() and p.status() != "zombie"
+                                              for p in launchers), 15), "sbatch outlived it"
     assert _state(slurm_env, job) == "RUNNING"  # the controller's death alone leaves it
     out = cli("rollback", "--run", "latest")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exemplar_tune import reaper
 from exemplar_tune.slurm import ranks as rank_output
 from exemplar_tune.slurm.commands import SlurmError, expand_hostlist, last_line, program
 from exemplar_tune.slurm.records import JOB_FIELDS, JobRecord, failure, parse_jobs
@@ -114,7 +115,8 @@ def _run_srun(shape: SlurmShape, command: Sequence[str], job_name: str, nodes: l
 def _run_sbatch(shape: SlurmShape, command: Sequence[str], job_name: str, nodes: list[str],
                 env: Mapping[str, str], timeout: float, workdir: Path | None) -> _Launch:
     try:
-        directory = Path(tempfile.mkdtemp(prefix="exemplar-slurm-", dir=shape.output_dir))
+        directory = Path(tempfile.mkdtemp(prefix=f"exemplar-slurm-{os.getpid()}-",
+                                             dir=shape.output_dir))
     except OSError as exc:
         raise SlurmError(f"slurm.output_dir {shape.output_dir}: {exc.strerror or exc}") from None
     try:
@@ -145,10 +147,10 @@ def _launch(launch: _Launch, env: Mapping[str, str], timeout: float,
     """Start the launcher and wait for it, watching the job (see the module docstring)."""
     if workdir and not workdir.is_dir():
         raise SlurmError(f"workdir {workdir} is not a directory")
-    try:
-        proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=workdir, env={**os.environ, **env},
-                                start_new_session=True)
+    try:  # supervised: the launcher ends with this controller (exemplar_tune.reaper)
+        proc = subprocess.Popen(reaper.command(launch.argv), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+                                env={**os.environ, **env}, start_new_session=True)
     except OSError as exc:
         raise SlurmError(f"cannot start {launch.argv[0]}: {exc.strerror or exc}") from None
     deadline = time.monotonic() + timeout
@@ -161,6 +163,9 @@ def _launch(launch: _Launch, env: Mapping[str, str], timeout: float,
             if launch.stopped:
                 out, err = _stop(proc, launch.job_name)
                 break
+        except BaseException:  # interrupted: the job must not run on without its controller
+            _stop(proc, launch.job_name)
+            raise
     launch.rc, launch.out, launch.err = proc.returncode, _text(out), _text(err)
     return launch
 
