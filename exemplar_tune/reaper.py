@@ -1,7 +1,7 @@
 """Run a command so that it, and everything it starts, ends when the controller ends.
 
-Every process the controller starts on a change path (``ansible-playbook``, ``ansible``, a
-benchmark command, a Slurm launcher) runs under a small supervisor,
+Every process the controller starts (``ansible-playbook`` and ``ansible`` for every command,
+a benchmark command, a Slurm launcher) runs under a small supervisor,
 ``python -m exemplar_tune.reaper --parent PID [--tag EXPERIMENT] -- COMMAND...``, which
 
 * asks the kernel for SIGTERM when its parent (the controller) dies, even by SIGKILL
@@ -16,9 +16,9 @@ benchmark command, a Slurm launcher) runs under a small supervisor,
   (an SSH ControlPersist master, say).
 
 The ``--tag`` (from :data:`TAG_VARIABLE`, see :func:`tagged`) names the experiment the
-process works for: ``rollback`` and ``resume`` look
-for live supervisors with that tag (:func:`tagged_processes`) and end them before they touch
-a host. Linux only; elsewhere (no ``prctl``) the command simply runs as a child.
+process works for: ``rollback`` and ``resume`` look for live supervisors with that tag
+(:func:`tagged_processes`) and end them before they touch a host. Linux only; elsewhere
+(no ``prctl``) the command simply runs as a child.
 """
 
 from __future__ import annotations

@@ -66,13 +66,14 @@ def host_bytes(root: Path) -> dict[str, tuple]:
     return state
 
 
-def bench(tmp_path: Path, slow_run: int | None = None, output: str = "value: 1.0") -> Path:
-    """A benchmark that counts its runs in a file and prints ``output``; run ``slow_run``
-    waits 60 s (long enough to be killed in)."""
+def bench(tmp_path: Path, slow_run: int | None = None, output: str = "value: 1.0",
+          seconds: float = 0) -> Path:
+    """A benchmark that counts its runs in a file, takes ``seconds`` and prints ``output``;
+    run ``slow_run`` waits 60 s (long enough to be killed in)."""
     counter = tmp_path / "runs"
     code = ("import pathlib, sys, time; p = pathlib.Path(sys.argv[1]);"
             " n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n));"
-            f" time.sleep(60 if n == {slow_run or 0} else 0); print({output!r})")
+            f" time.sleep(60 if n == {slow_run or 0} else {seconds}); print({output!r})")
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump({"shapes": [{
         "name": "dense", "command": [sys.executable, "-c", code, str(counter)],
@@ -241,9 +242,9 @@ def test_sigkill_while_a_module_runs_on_the_host_ends_it(tmp_path, host):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_at_a_random_time(tmp_path, host, seed):
-    bench(tmp_path)
+    bench(tmp_path, seconds=1.5)  # the run lasts well beyond the latest kill time
     pristine = host_bytes(host)
-    delay = random.Random(seed).uniform(1.0, 15.0)
+    delay = random.Random(seed).uniform(1.0, 12.0)
     watch = Watch(start(tmp_path, host))
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and watch.proc.poll() is None:

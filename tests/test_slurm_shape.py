@@ -80,10 +80,11 @@ def test_unusable_node_name(node):
         host_nodes(AnsibleRun(inventory))
 
 
-@pytest.mark.parametrize("content, limit", [("all: [unbalanced\n", None),
-                                            ("all:\n  hosts:\n    gpu01:\n", "gpu99")])
-def test_inventory_without_hosts_is_an_error(tmp_path, content, limit):
+@pytest.mark.parametrize("content, limit, why", [
+    ("all: [unbalanced\n", None, "Ansible cannot parse it"),
+    ("all:\n  hosts:\n    gpu01:\n", "gpu99", "no host matches --limit gpu99")])
+def test_inventory_without_hosts_is_an_error(tmp_path, content, limit, why):
     path = tmp_path / "hosts.yml"
     path.write_text(content)
-    with pytest.raises(InventoryError, match=f"inventory {path}: no host"):
+    with pytest.raises(InventoryError, match=f"inventory {path}: {why}"):
         host_nodes(AnsibleRun(str(path), limit=limit))
