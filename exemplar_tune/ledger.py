@@ -262,6 +262,12 @@ class Ledger:
             self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _begin(self, statement: str) -> None:
+        """Start a transaction, first rolling back one that was left open."""
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+        self._conn.execute(statement)
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: committed on success, rolled back on any exception.
@@ -270,9 +276,7 @@ class Ledger:
         leaves a transaction open that would refuse every later write.
         """
         with signals_deferred():
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._begin("BEGIN IMMEDIATE")
             try:
                 yield self._conn
             except BaseException:
@@ -284,9 +288,7 @@ class Ledger:
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction, so that a multi-table read sees one snapshot."""
         with signals_deferred():
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            self._conn.execute("BEGIN")
+            self._begin("BEGIN")
             try:
                 yield self._conn
             finally:
