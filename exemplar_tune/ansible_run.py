@@ -9,6 +9,7 @@ enforces its own deadline (ansible-runner's ``timeout`` leaves module processes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -140,6 +141,7 @@ class AnsibleRun:
         return cancel
 
 
+@functools.cache  # once per controller process, not before every Ansible run
 def _remove_stale_run_dirs() -> None:
     """Remove the private temporary directories of controllers that were killed."""
     for prefix in SCRATCH_PREFIXES:
