@@ -48,6 +48,7 @@ effect with 95 % power when it must show the effect beyond the minimum effect at
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import statistics
@@ -60,11 +61,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from exemplar_tune.boundary import SPENDING_FUNCTIONS  # noqa: E402
 from exemplar_tune.stats import (  # noqa: E402
     CONFIDENCE,
     MAX_RUNS,
+    MIN_EFFECT,
     MIN_RUNS,
+    SPENDING,
     STOP_CONFIDENCE,
+    TAIL_SHARE,
     SequentialTest,
     run_value,
     t_cdf,
@@ -228,19 +233,36 @@ def table(results: dict[Cell, dict[str, tuple[int, int]]], trials: int) -> list[
     return lines
 
 
+def cell_rates(results: dict[Cell, dict[str, tuple[int, int]]], trials: int,
+               method: str = "ours") -> list[dict[str, float | bool | None]]:
+    """Every cell of one method: effect, cv, stall rate, keep share, correct share (None where
+    either answer is accepted) and mean runs per trial."""
+    rows = []
+    for cell in sorted(results, key=lambda c: (c.tail_only, c.effect, c.cv, c.stall)):
+        keeps, runs = results[cell][method]
+        rows.append({"effect": cell.effect, "cv": cell.cv, "stall": cell.stall,
+                     "tail_only": cell.tail_only, "keep": keeps / trials,
+                     "correct": correct(cell, keeps, trials), "runs": runs / trials})
+    return rows
+
+
 def targets(results: dict[Cell, dict[str, tuple[int, int]]], trials: int,
             method: str = "ours") -> list[tuple[str, bool, str]]:
-    """The three targets for one method: (name, passed, measured)."""
-    grid_cells = [c for c in results if not c.tail_only]
-    zero = [c for c in grid_cells if c.effect == 0.0]
-    false_keep = sum(results[c][method][0] for c in zero) / (trials * len(zero))
-    strong = [c for c in grid_cells if abs(c.effect) >= 0.02 - 1e-12 and c.cv <= 0.01]
-    rates = [correct(c, results[c][method][0], trials) or 0.0 for c in strong]
-    pooled, worst = statistics.fmean(rates), min(rates)
-    runs = sum(results[c][method][1] for c in grid_cells) / (trials * len(grid_cells))
-    return [("false keeps <= 5% at 0 effect", false_keep <= 0.05, f"{false_keep:.1%}"),
-            (">= 95% correct at |e| >= 2%, cv <= 1%", pooled >= 0.95,
-             f"{pooled:.1%} (worst cell {worst:.1%})"),
+    """The three targets for one method, judged per cell: (name, passed, measured)."""
+    rows = [r for r in cell_rates(results, trials, method) if not r["tail_only"]]
+    zero = [r for r in rows if r["effect"] == 0.0]
+    worst_false = max(zero, key=lambda r: r["keep"])
+    strong = [r for r in rows if abs(r["effect"]) >= KEEP_AT - 1e-12 and r["cv"] <= 0.01]
+    worst = min(strong, key=lambda r: r["correct"])
+    runs = statistics.fmean(r["runs"] for r in rows)
+    pooled_false = statistics.fmean(r["keep"] for r in zero)
+    pooled_ok = statistics.fmean(r["correct"] for r in strong)
+    return [("false keeps <= 5% in every cell at 0 effect", worst_false["keep"] <= 0.05,
+             f"worst {worst_false['keep']:.1%} (cv {worst_false['cv']:.1%}, stall "
+             f"{worst_false['stall']:.0%}), pooled {pooled_false:.1%}"),
+            (">= 95% correct in every cell at |e| >= 2%, cv <= 1%", worst["correct"] >= 0.95,
+             f"worst {worst['correct']:.1%} (e {worst['effect']:+.0%}, cv {worst['cv']:.1%}, "
+             f"stall {worst['stall']:.0%}), pooled {pooled_ok:.1%}"),
             (f"mean runs <= {0.6 * PROTOCOL_RUNS:.1f} (60% of 12)",
              runs <= 0.6 * PROTOCOL_RUNS, f"{runs:.2f}")]
 
@@ -258,8 +280,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="our rule's interval for a keep (the CLI's --confidence)")
     parser.add_argument("--stop-confidence", type=float, default=STOP_CONFIDENCE,
                         help="our rule's confidence for an early restore")
-    parser.add_argument("--min-effect", type=float, default=0.01,
-                        help="our rule's minimum effect (the CLI's --min-effect, default 0.01)")
+    parser.add_argument("--min-effect", type=float, default=MIN_EFFECT,
+                        help=f"our rule's minimum effect (the CLI's --min-effect, default "
+                             f"{MIN_EFFECT})")
+    parser.add_argument("--spending", choices=SPENDING_FUNCTIONS, default=SPENDING,
+                        help=f"our rule's alpha-spending function (default {SPENDING})")
+    parser.add_argument("--tail-share", type=float, default=TAIL_SHARE,
+                        help=f"our rule's tail-test share of the keep error (default {TAIL_SHARE})")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: every cell of every method plus the targets")
     parser.add_argument("--power", action="store_true",
                         help="print the runs per arm any rule of this kind needs; no simulation")
     args = parser.parse_args(argv)
@@ -272,9 +301,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--min-runs {args.min_runs} is above --max-runs {args.max_runs}")
     rule = {"min_runs": args.min_runs, "max_runs": args.max_runs,
             "stop_confidence": args.stop_confidence, "min_effect": args.min_effect,
-            "confidence": args.confidence}
+            "confidence": args.confidence, "spending": args.spending, "tail_share": args.tail_share}
     start = time.perf_counter()
     results = simulate(args.trials, args.seed, args.workers, rule=rule)
+    if args.format == "json":
+        print(json.dumps({"trials": args.trials, "seed": args.seed, "rule": rule,
+                          "seconds": round(time.perf_counter() - start, 1),
+                          "methods": {m: {"cells": cell_rates(results, args.trials, m),
+                                          "targets": [{"target": n, "passed": ok,
+                                                       "measured": v} for n, ok, v in
+                                                      targets(results, args.trials, m)]}
+                                      for m in METHODS}}, indent=1))
+        return 0
     print(f"{args.trials} trials per cell, seed {args.seed}, stall rates {STALL_RATES} pooled, "
           f"ours: {rule}")
     print("\n".join(table(results, args.trials)))

@@ -225,11 +225,12 @@ TUNE_EPILOG = """examples:
 
 For each layer: benchmark runs in the order A B B A ... (the layer restored for A, applied
 for B; boot-time changes in blocks with reboots) until the confidence interval of the
-relative change is clear of --min-effect (and the gain clear of zero, corrected for the
-looks), a keep is out of reach by --max-runs, or --max-runs is reached. Kept only if some
-workload shape is better and none worse; otherwise restored from the host journals. A
-failing or unparsable benchmark gives no measurement: the layer is restored. With the
-profile's workload.reference, the summary gives the gap to the reference before and after.
+relative change is clear of --min-effect (default 0) and the gain clears the
+group-sequential boundary for the looks taken, a keep is out of reach by --max-runs, or
+--max-runs is reached. Kept only if some workload shape is better and none worse;
+otherwise restored from the host journals. A failing or unparsable benchmark gives no
+measurement: the layer is restored. With the profile's workload.reference, the summary
+gives the gap to the reference before and after.
 Try it on a simulated cluster: exemplar-tune demo; exemplar-tune sim --help.
 """
 

@@ -29,18 +29,26 @@ from exemplar_tune.remediate import (
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
-from exemplar_tune.stats import BLOCK_RUNS, CONFIDENCE, MAX_RUNS, MIN_RUNS, block_runs
+from exemplar_tune.stats import (
+    BLOCK_RUNS,
+    CONFIDENCE,
+    MAX_RUNS,
+    MIN_EFFECT,
+    MIN_RUNS,
+    block_runs,
+)
 from exemplar_tune.tune import LayerLoop, LoopOptions
 
 
 def add_loop_options(cmd: argparse.ArgumentParser) -> None:
     """Options of the measured loop (shared by ``tune`` and ``apply --bench``)."""
-    cmd.add_argument("--min-effect", type=float, default=0.01, metavar="FRACTION",
-                     help="smallest relative improvement worth keeping (default 0.01 = 1 %%)")
+    cmd.add_argument("--min-effect", type=float, default=MIN_EFFECT, metavar="FRACTION",
+                     help=f"smallest relative improvement worth keeping (default {MIN_EFFECT}: "
+                     "any gain the statistics show clear of zero; e.g. 0.01 for a 1 %% floor)")
     cmd.add_argument("--confidence", type=float, default=CONFIDENCE, metavar="FRACTION",
                      help=f"interval that must lie beyond --min-effect for a keep (default "
-                     f"{CONFIDENCE}: one-sided 95 %% bounds); the gain must also be clear of 0 "
-                     "at this confidence split over the looks")
+                     f"{CONFIDENCE}: one-sided 95 %% bounds); the gain must also clear the "
+                     "group-sequential boundary that spends this error over the looks")
     cmd.add_argument("--min-runs", type=int, default=MIN_RUNS,
                      help=f"runs per arm before the first decision (default {MIN_RUNS}; a "
                      f"baseline before a reboot has at least {BLOCK_RUNS})")

@@ -15,7 +15,7 @@ The rule (criterion.rs noise band + confidence interval, pyperf ``compare_to``)
 3. **Interval.** Welch's t on the two run samples with the delta method for the ratio:
    ``se^2 = s_B^2/(n_B mean_A^2) + mean_B^2 s_A^2/(n_A mean_A^4)``, Welch-Satterthwaite degrees
    of freedom from the same two terms, ``CI = r +- t_{1-alpha/2, df} * se``.
-4. **Verdict of one shape** (``m = min_effect``, default 1 %; the CI at ``confidence``,
+4. **Verdict of one shape** (``m = min_effect``, default 0; the CI at ``confidence``,
    default 90 %: each bound a one-sided 95 % bound, as in two one-sided tests):
    ``better`` if the whole CI lies above ``+m``; ``worse`` if it lies below ``-m``;
    ``equivalent`` if it lies inside ``(-m, +m)``; ``no_benefit`` if it lies below ``+m`` but
@@ -28,30 +28,33 @@ The rule (criterion.rs noise band + confidence interval, pyperf ``compare_to``)
    a shape that is not ``worse`` and whose point estimate is not below ``-m`` also counts as
    ``better`` when its tail fraction (steps > p50 + max(50 ms, 5 MAD), see :func:`tail_stats`)
    drops significantly: a one-sided two-proportion z-test on the tail steps pooled over the runs
-   of each arm at the per-look error of rule 7, and the candidate keeps at most half the
-   baseline tail. Pooling steps treats stalls as independent across steps; that is the documented
-   simplification (a stall that sticks to one run would overstate the evidence).
+   of each arm at the look's level of rule 7 for :data:`TAIL_SHARE` of the keep error, and the
+   candidate keeps at most half the baseline tail. Pooling steps treats stalls as independent
+   across steps; that is the documented simplification (a stall that sticks to one run would
+   overstate the evidence).
 7. **Sequential** (:class:`SequentialTest`): runs interleave A B B A (:meth:`next_arm`); the
    first look is at ``min_runs`` pairs (default 2: one A B B A block, in which linear drift
    cancels), then one look after every further pair up to ``max_runs`` (default 10).
 
-   * A keep needs two things at the same look: the shape is ``better`` (rule 4: the 90 %
-     interval lies above ``+m``), and its gain is clear of zero on the interval at
-     ``1 - (1 - confidence) / looks`` (Bonferroni over the ``max_runs - min_runs + 1`` looks;
-     98.9 % with the defaults). The first is the minimum effect; the second bounds the chance
-     that a shape with no gain is ever kept for its median, however many looks are taken, by
-     a one-sided 5 %; the tail test of rule 6 spends the same one-sided error per look, so a
-     tail credit from nothing is bounded by another 5 %. Both bounds hold per shape: with
-     several shapes, any one of them can keep. The condition binds when runs are few or
-     noisy (at the first look the t quantile with 2 degrees of freedom is large).
+   * A keep needs two things at the same look: the shape is ``better`` (rule 4), and its gain
+     is clear of zero at the look's group-sequential boundary (:mod:`exemplar_tune.boundary`):
+     the one-sided keep error ``(1 - confidence) / 2`` (5 %) is spent over the looks by an
+     O'Brien-Fleming-type Lan-DeMets function at information fraction ``runs / max_runs``,
+     so the first looks are strict (nominal 0.001 % at 2 of 10 runs) and the last is close to
+     a fixed-sample test (nominal 2.9 % at 10 of 10), and the chance that a shape with no gain
+     is ever kept stays at 5 % however many looks are taken. Where the tail test of rule 6
+     applies it takes :data:`TAIL_SHARE` (a fifth) of that error and the median test the
+     rest, so median and tail together stay within 5 % per shape. With several shapes, any
+     one of them can keep. The nominal levels are applied to Student's t at each look's
+     degrees of freedom.
    * An early restore (``worse``, ``equivalent``, ``no_benefit``) is read on a looser
      interval, ``stop_confidence`` (default 80 %), because its only possible error is a missed
      gain: a non-binding futility boundary, which can only lower the false-keep rate.
    * Curtailment, also a restore (``no_benefit``, "a keep is out of reach"): even if the
      effect were :data:`OPTIMISM` (1) standard error better than estimated, the interval at
      ``max_runs`` (each arm's spread as now, the largest degrees of freedom) would not clear
-     ``+m``. This is what keeps the mean number of runs low with a ``max_runs`` of 10; it
-     costs some keeps of small gains (below).
+     ``+m`` or the last look's boundary. This is what keeps the number of runs down with a
+     ``max_runs`` of 10; it costs some keeps of small gains (below).
    * A futility restore waits while the candidate's tail drop (rule 6) is significant at
      ``stop_confidence`` and the median is not ``worse``: more runs may still credit it (a
      median estimate below ``-m`` from a few noisy runs is no reason to give up on it).
@@ -61,24 +64,15 @@ The rule (criterion.rs noise band + confidence interval, pyperf ``compare_to``)
    interleaving (the baseline before the reboot, the loop's final measurement) has at least
    :data:`BLOCK_RUNS` runs, whatever ``min_runs`` says: its spread is all the loop knows.
 
-Why these parameters (measured by ``bench/decision.py``, 250 trials per cell, seed 1;
-run-to-run CV 0.5-3 %, effects -4..+4 %, stall rates 0 and 2 %):
-
-* Keeps at a true effect of 0: 1.7 % over the grid (target <= 5 %), at most 2.6 % in any
-  CV; a true -1 % is kept at most 1.2 % of the time. Without the clear-of-zero condition the
-  rule would take 5.9 runs instead of 6.5 but keep 6.0 % of no-gain changes at CV 3 %.
-* Correct decisions at ``|e| >= 2 %``, CV <= 1 %: 96.0 % (target >= 95 %). The weak cell is
-  +2 % at CV 1 % (70 % kept): even at 10 runs per arm the gain is only about two standard
-  errors of ``r`` (0.45 %) above the +1 % boundary, and 95 % power there needs about 22 runs
-  per arm (``python bench/decision.py --power``). Missed, such a gain is restored.
-* Mean runs over the grid: 6.49 (target <= 7.2, 60 % of KeenTune's fixed 12). The first look
-  after one A B B A block and the curtailment keep it there; ``max_runs`` 10 is what the
-  doubtful cells use. At ``OPTIMISM`` 1.25 the correct share rises to 96.5 % and the runs to
-  6.97; without curtailment, 97.2 % and 10.1.
-* A true +1 % (the boundary) is kept 7-13 % of the time: a real but minimal gain.
-* ``min_effect`` 0 (keep any gain the interval shows clear of zero) gives 99.0 % correct in
-  6.91 runs and keeps 2.5 % of no-gain changes. The default stays at 1 %: below that, a gain
-  is hard to tell from a bias between the arms that interleaving does not cancel.
+Why these parameters: ``bench/decision.py --format json`` measures every cell (250 trials,
+seed 1; run-to-run CV 0.5-3 %, effects -4..+4 %, stall rates 0 and 2 %) and judges the targets
+per cell; its output and the README carry the figures. The trade, measured there: a cluster's
+gap is made of 2-4 % layers, and a missed +2 % costs more than a kept neutral change, so the
+default minimum effect is 0 and the boundary, not a band, bounds the false keeps. Splitting
+the error evenly over the looks (Bonferroni) kept a +2 % gain at CV 1 % too rarely; Pocock
+spending stops earlier (fewer runs) but its flat boundary misses the same cell more often.
+Gains near zero at high CV are what the extra runs are spent on. ``--min-effect`` restores a
+practical-significance floor for users who want one.
 """
 
 from __future__ import annotations
@@ -87,6 +81,8 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from exemplar_tune.boundary import nominal_levels
 
 Action = Literal["keep", "restore", "continue"]
 Verdict = Literal["better", "worse", "equivalent", "no_benefit", "inconclusive"]
@@ -97,6 +93,9 @@ CONFIDENCE = 0.90  # rule 4: each bound of the interval a one-sided 95 % bound
 MIN_RUNS, MAX_RUNS, STOP_CONFIDENCE = 2, 10, 0.80  # rule 7 defaults
 OPTIMISM = 1.0  # standard errors of benefit of the doubt before a keep is out of reach
 BLOCK_RUNS = 3  # fewest runs of a block measured without interleaving (rule 7)
+SPENDING = "obrien-fleming"  # rule 7's alpha-spending function (exemplar_tune.boundary)
+MIN_EFFECT = 0.0  # rule 4's default minimum effect
+TAIL_SHARE = 0.2  # the tail test's share of the keep error (rule 6)
 
 _ACTION: dict[str, Action] = {"better": "keep", "worse": "restore", "equivalent": "restore",
                               "no_benefit": "restore", "inconclusive": "continue"}
@@ -224,7 +223,7 @@ def variance_terms(baseline: list[float], candidate: list[float]) -> tuple[float
 
 
 def compare(baseline: list[float], candidate: list[float], *, higher_is_better: bool,
-            min_effect: float = 0.01, confidence: float = CONFIDENCE,
+            min_effect: float = MIN_EFFECT, confidence: float = CONFIDENCE,
             shape: str = "default") -> Comparison:
     """Welch/delta-method CI of the good-positive relative change and its verdict."""
     _check_sample(baseline, "baseline")
@@ -357,10 +356,11 @@ class SequentialTest:
     runs, then candidate runs until the decision is clear or ``max_runs`` candidate runs.
     """
 
-    def __init__(self, *, higher_is_better: bool, min_effect: float = 0.01,
+    def __init__(self, *, higher_is_better: bool, min_effect: float = MIN_EFFECT,
                  confidence: float = CONFIDENCE, stop_confidence: float = STOP_CONFIDENCE,
                  min_runs: int = MIN_RUNS, max_runs: int = MAX_RUNS,
-                 interleave: bool = True) -> None:
+                 interleave: bool = True, spending: str = SPENDING,
+                 tail_share: float = TAIL_SHARE) -> None:
         if not 2 <= min_runs <= max_runs:
             raise ValueError(f"need 2 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
         if not 0.0 < stop_confidence < 1.0 or not 0.0 < confidence < 1.0:
@@ -369,19 +369,38 @@ class SequentialTest:
         self.higher_is_better, self.min_effect = higher_is_better, min_effect
         self.confidence, self.stop_confidence = confidence, stop_confidence
         self.min_runs, self.max_runs, self.interleave = min_runs, max_runs, interleave
+        self.spending, self.tail_share = spending, tail_share
+        self.look_alpha(max_runs)  # an unknown spending function fails here, not mid-loop
         self._values: dict[tuple[str, str], list[float]] = {}
         self._tail_counts: dict[tuple[str, str], list[tuple[int, int] | None]] = {}
 
-    @property
-    def look_alpha(self) -> float:
-        """One-sided error a look may spend on a keep: ``(1 - confidence) / 2`` Bonferroni-split
-        over the possible looks (rule 7); the tail test of rule 6 runs at this level."""
-        return (1.0 - self.confidence) / 2.0 / (self.max_runs - self.min_runs + 1)
+    def look_alpha(self, look: int | None = None, *, share: float = 1.0) -> float:
+        """One-sided nominal level at ``look`` (run pairs, or candidate runs in blocks;
+        default the current look) of a test given ``share`` of the keep error
+        ``(1 - confidence) / 2``, spent over the looks ``min_runs .. max_runs`` by the
+        group-sequential boundary of rule 7."""
+        look = self._look() if look is None else look
+        levels = nominal_levels(share * (1.0 - self.confidence) / 2.0, self._fractions(),
+                                self.spending)
+        return levels[min(max(look, self.min_runs), self.max_runs) - self.min_runs]
 
-    @property
-    def look_confidence(self) -> float:
+    def look_confidence(self, look: int | None = None, *, share: float = 1.0) -> float:
         """The two-sided interval whose lower bound must clear zero for a keep (rule 7)."""
-        return 1.0 - 2.0 * self.look_alpha
+        return 1.0 - 2.0 * self.look_alpha(look, share=share)
+
+    def _median_share(self, shape: str) -> float:
+        """The median test's share of the keep error: all of it, or what the tail test of
+        rule 6 leaves when it applies to ``shape``."""
+        return 1.0 if self._tails(shape) is None else 1.0 - self.tail_share
+
+    def _fractions(self) -> tuple[float, ...]:
+        """Information fraction of each possible look: runs so far over ``max_runs``."""
+        return tuple(n / self.max_runs for n in range(self.min_runs, self.max_runs + 1))
+
+    def _look(self) -> int:
+        """The current look: complete pairs, or candidate runs when measured in blocks."""
+        pairs = min(self.runs(BASELINE), self.runs(CANDIDATE))
+        return pairs if self.interleave else self.runs(CANDIDATE)
 
     def add(self, arm: str, shape: str, value: float, *,
             steps: list[float] | None = None) -> None:
@@ -443,20 +462,22 @@ class SequentialTest:
         df = final_a + self.max_runs - 2
         t_final = t_ppf(1.0 - (1.0 - comp.confidence) / 2.0, df)
         best_case = comp.rel_change + OPTIMISM * math.sqrt(u_a + u_b)
+        last = self.look_alpha(self.max_runs, share=self._median_share(comp.shape))
         return (best_case - t_final * final_se <= self.min_effect
-                or best_case - t_ppf(1.0 - self.look_alpha, df) * final_se <= 0)
+                or best_case - t_ppf(1.0 - last, df) * final_se <= 0)
 
     def _clear_of_zero(self, comp: Comparison) -> Comparison:
         """A ``better`` shape whose gain is not yet clear of zero at :attr:`look_confidence`
         becomes ``inconclusive`` (rule 7)."""
         if comp.verdict != "better":
             return comp
-        strict = self._interval(comp.shape, self.look_confidence)
+        alpha = self.look_alpha(share=self._median_share(comp.shape))
+        strict = self._interval(comp.shape, 1.0 - 2.0 * alpha)
         if strict.ci_low > 0:
             return comp
         return replace(comp, verdict="inconclusive",
-                       note=f"not yet clear of 0 at {strict.confidence:.2%}: "
-                            f"[{strict.ci_low:+.2%}, {strict.ci_high:+.2%}]")
+                       note=f"not yet clear of 0 at this look's boundary (one-sided "
+                            f"{alpha:.2g}): lower bound {strict.ci_low:+.2%}")
 
     def _compare_shape(self, shape: str) -> Comparison:
         """Keep on the interval at ``confidence`` when the gain is also clear of zero at
@@ -475,7 +496,7 @@ class SequentialTest:
             comp = stop if early else replace(comp, verdict="inconclusive")
         if tails is None:
             return comp
-        dropped, note = tail_drop(*tails, 1.0 - self.look_alpha)
+        dropped, note = tail_drop(*tails, 1.0 - self.look_alpha(share=self.tail_share))
         return credit_tail(comp, dropped, note, self.min_effect)
 
     def decide(self) -> Decision:
@@ -487,8 +508,7 @@ class SequentialTest:
             return Decision("continue", f"{pairs} of {self.min_runs} minimum run pairs", [])
         comparisons = [self._compare_shape(s) for s in self.shapes()]
         action, reason = decide_shapes(comparisons)
-        done = self.runs(CANDIDATE) if not self.interleave else pairs
-        if action == "continue" and done >= self.max_runs:
+        if action == "continue" and self._look() >= self.max_runs:
             return Decision("restore", f"inconclusive after {self.runs(BASELINE)}+"
                             f"{self.runs(CANDIDATE)} runs: {reason}", comparisons)
         return Decision(action, reason, comparisons)

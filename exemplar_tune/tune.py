@@ -45,6 +45,7 @@ from exemplar_tune.stats import (
     CANDIDATE,
     CONFIDENCE,
     MAX_RUNS,
+    MIN_EFFECT,
     MIN_RUNS,
     SequentialTest,
     block_runs,
@@ -57,7 +58,7 @@ HOSTS_VARIABLE = "EXEMPLAR_TUNE_HOSTS"
 class LoopOptions:
     """How the loop measures and decides."""
 
-    min_effect: float = 0.01
+    min_effect: float = MIN_EFFECT
     confidence: float = CONFIDENCE
     min_runs: int = MIN_RUNS
     max_runs: int = MAX_RUNS

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import random
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
 
+from exemplar_tune.boundary import nominal_levels
 from exemplar_tune.stats import (
     BLOCK_RUNS,
     Comparison,
@@ -47,6 +50,7 @@ def test_t_ppf_rejects_bad_arguments(p: float, df: float) -> None:
         t_ppf(p, df)
 
 
+BAND = 0.01  # a practical-significance floor, for the tests of rule 4's band
 BASE = [100.0, 100.5, 99.5, 100.2, 99.8]
 
 
@@ -70,7 +74,8 @@ def test_compare_direction_flips_for_higher_is_better() -> None:
 
 
 def test_compare_noise_is_equivalent_when_tight() -> None:
-    have = compare(BASE, [100.1, 99.9, 100.3, 99.7, 100.0], higher_is_better=False)
+    have = compare(BASE, [100.1, 99.9, 100.3, 99.7, 100.0], higher_is_better=False,
+                   min_effect=BAND)
     assert have.verdict == "equivalent" and have.action == "restore"
     assert -0.01 < have.ci_low <= have.rel_change <= have.ci_high < 0.01
 
@@ -129,30 +134,29 @@ def test_blocks_measure_at_least_block_runs_of_baseline() -> None:
 
 
 def test_sequential_stops_early_on_big_effect() -> None:
+    """-20 %: kept at the second look; the first (2 pairs, nominal 0.001 %) is strict."""
     test = SequentialTest(higher_is_better=False)
     action, pairs = feed(test, [1.00, 1.01, 0.99] * 2, [0.80, 0.81, 0.79] * 2)
-    assert (action, pairs) == ("keep", 2)
+    assert (action, pairs) == ("keep", 3)
 
 
 def test_a_keep_waits_until_the_gain_is_clear_of_zero() -> None:
-    """+4.5 % +- 0.7 % from 2 runs per arm clears +1 % on the 90 % interval but not 0 on the
-    interval split over the looks; one more pair shows it."""
+    """+4.5 % +- 0.7 %: its 90 % interval clears 0 from the first look, but the boundary is
+    strict at 2 and 3 pairs; kept at the fourth look."""
     test = SequentialTest(higher_is_better=False)
-    runs = {"A": iter([0.993, 1.007, 0.993]), "B": iter([0.948, 0.962, 0.948])}
-    actions = []
-    for _ in range(6):
-        arm = test.next_arm()
-        test.add(arm, "s", next(runs[arm]))
-        actions.append(test.decide())
-    first_look, second_look = actions[3], actions[5]
-    assert first_look.action == "continue"
-    assert first_look.comparisons[0].ci_low > test.min_effect
-    assert f"not yet clear of 0 at {test.look_confidence:.2%}" in first_look.reason
-    assert second_look.action == "keep"
+    action, pairs = feed(test, [0.993, 1.007] * 5, [0.948, 0.962] * 5)
+    assert (action, pairs) == ("keep", 4)
+    early = SequentialTest(higher_is_better=False)
+    for arm, value in (("A", 0.993), ("B", 0.948), ("B", 0.962), ("A", 1.007)):
+        early.add(arm, "s", value)
+    first_look = early.decide()
+    assert first_look.action == "continue" and first_look.comparisons[0].ci_low > 0
+    assert (f"not yet clear of 0 at this look's boundary (one-sided "
+            f"{early.look_alpha(2):.2g})") in first_look.reason
 
 
 def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
-    test = SequentialTest(higher_is_better=False, max_runs=6)
+    test = SequentialTest(higher_is_better=False, max_runs=6, min_effect=BAND)
     base = [1.000, 1.020, 0.980, 1.015, 0.985, 1.000]
     cand = [0.983, 0.996, 0.962, 0.994, 0.969, 0.977]  # about +2 %, never clear of +1 %
     action, pairs = feed(test, base, cand)
@@ -163,28 +167,28 @@ def test_sequential_restores_at_max_runs_when_inconclusive() -> None:
 def test_sequential_restores_early_when_a_keep_is_out_of_reach() -> None:
     """+1 % with 0.4 % noise cannot be shown beyond +1 % by max_runs: no need to run them all."""
     base = [1.000, 1.005, 0.995, 1.004, 0.996, 1.000, 1.003, 0.997, 1.002, 0.998]
-    test = SequentialTest(higher_is_better=False)
+    test = SequentialTest(higher_is_better=False, min_effect=BAND)
     action, pairs = feed(test, base, [b - 0.010 for b in base])
     assert action == "restore" and pairs < test.max_runs == len(base)
     assert "a keep is out of reach" in test.decide().reason
     # three times that gain is kept
-    assert feed(SequentialTest(higher_is_better=False), base,
+    assert feed(SequentialTest(higher_is_better=False, min_effect=BAND), base,
                 [b - 0.030 for b in base])[0] == "keep"
 
 
 def test_a_gain_that_can_never_clear_zero_is_curtailed() -> None:
-    """+1 % with 3 % run-to-run spread: the 90 % bound could still pass +1 % by max_runs if
-    the gain were a standard error better, but the bound split over the looks could not pass
-    0, so a keep is out of reach at the first look."""
+    """+1 % with 8 % run-to-run spread: even a standard error better, the gain could not
+    clear the last look's boundary by max_runs; at 2 pairs a standard error is still too
+    wide to say so, at 4 it is not (10 runs shrink it by sqrt(4/10) only)."""
     test = SequentialTest(higher_is_better=False)
-    action, pairs = feed(test, [0.97, 1.03], [0.96, 1.02])
-    assert (action, pairs) == ("restore", 2)
+    action, pairs = feed(test, [0.92, 1.08] * 5, [0.91, 1.07] * 5)
+    assert (action, pairs) == ("restore", 4)
     assert "a keep is out of reach" in test.decide().reason
 
 
 def test_blocks_curtail_against_the_fixed_baseline_block() -> None:
     """In blocks the baseline does not grow: its spread alone puts +1 % out of reach."""
-    test = SequentialTest(higher_is_better=False, interleave=False)
+    test = SequentialTest(higher_is_better=False, interleave=False, min_effect=BAND)
     for value in (1.00, 1.01, 0.99):
         test.add("A", "s", value)
     for value in (0.99, 0.99):
@@ -194,9 +198,20 @@ def test_blocks_curtail_against_the_fixed_baseline_block() -> None:
     assert test.arm_limit("A") == BLOCK_RUNS and test.arm_limit("B") == test.max_runs
 
 
-def test_sequential_look_confidence_is_bonferroni() -> None:
+def test_sequential_looks_follow_the_spending_boundary() -> None:
+    """The keep error is spent by the boundary over the looks min_runs..max_runs: strict
+    early, close to the fixed-sample level last, more than Bonferroni's even split there."""
     test = SequentialTest(higher_is_better=True, confidence=0.95, min_runs=3, max_runs=6)
-    assert test.look_confidence == pytest.approx(1 - 0.05 / 4)
+    levels = nominal_levels(0.025, [3 / 6, 4 / 6, 5 / 6, 1.0])
+    assert [test.look_alpha(look) for look in range(3, 7)] == pytest.approx(levels)
+    assert test.look_confidence(3) == pytest.approx(1 - 2 * levels[0])
+    assert levels[0] < 0.025 / 4 < levels[-1] < 0.025
+    pocock = SequentialTest(higher_is_better=True, confidence=0.95, min_runs=3, max_runs=6,
+                            spending="pocock")
+    assert pocock.look_alpha(3) > test.look_alpha(3)
+    assert test.look_alpha(6, share=0.2) < test.look_alpha(6)
+    with pytest.raises(ValueError, match="spending function 'linear'"):
+        SequentialTest(higher_is_better=True, spending="linear")
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -281,32 +296,31 @@ def test_tail_drop_needs_a_significant_halving() -> None:
     assert tail_drop([(0, 100)] * 4, [(0, 100)] * 4, 0.9875)[0] is False
 
 
-def test_tail_credit_keeps_a_layer_that_removes_stalls() -> None:
-    test = SequentialTest(higher_is_better=False)
-    jitter = [0.0, 0.004, -0.004]
-    for j in jitter:
-        a, b = [s + j for s in steps(5)], [s + j for s in steps(0)]
-        test.add("A", "s", sorted(a)[50], steps=a)
-        test.add("B", "s", sorted(b)[50], steps=b)
-    have = test.decide()
-    assert have.action == "keep"
-    assert "credited for the tail" in have.comparisons[0].note
-
-
-def test_a_promising_tail_drop_is_measured_on_instead_of_restored() -> None:
-    """2 stalls per 100 steps removed, medians equal: at 2 and 3 pairs the drop is suggestive
-    only (the medians alone would restore as equivalent), at 4 pairs it is credited."""
-    test = SequentialTest(higher_is_better=False)
-    actions = []
-    for j in [0.0, 0.004, -0.004, 0.002]:
-        a, b = [s + j for s in steps(2)], [s + j for s in steps(0)]
+def tail_pairs(stalls: int, pairs: int = 10) -> list[str]:
+    """Feed pairs of runs with ``stalls`` per 100 steps (A) and none (B), medians equal,
+    until a decision; the actions after each pair."""
+    test, actions = SequentialTest(higher_is_better=False), []
+    for index in range(pairs):
+        j = [0.0, 0.004, -0.004, 0.002][index % 4]
+        a, b = [s + j for s in steps(stalls)], [s + j for s in steps(0)]
         for arm, run in (("A", a), ("B", b)):
             test.add(arm, "s", sorted(run)[50], steps=run)
         actions.append(test.decide().action)
         if actions[-1] != "continue":
+            assert "credited for the tail" in test.decide().comparisons[0].note
             break
-    assert actions == ["continue", "continue", "continue", "keep"]
-    assert "credited for the tail" in test.decide().comparisons[0].note
+    return actions
+
+
+def test_tail_credit_keeps_a_layer_that_removes_stalls() -> None:
+    """5 stalls per 100 steps removed: credited at the fourth look."""
+    assert tail_pairs(5) == ["continue"] * 3 + ["keep"]
+
+
+def test_a_promising_tail_drop_is_measured_on_instead_of_restored() -> None:
+    """2 stalls per 100 steps removed, medians equal: the drop is suggestive only for five
+    looks (the medians alone would restore as equivalent), then credited."""
+    assert tail_pairs(2) == ["continue"] * 5 + ["keep"]
 
 
 def test_no_waiting_for_a_tail_when_the_median_is_worse() -> None:
@@ -345,3 +359,41 @@ def test_bench_false_keep_rate_at_zero_effect_is_low() -> None:
     assert keeps / (40 * len(cells)) < 0.10
     again = bench.simulate(40, seed=3, workers=1, cells=cells)
     assert again == results
+
+
+def test_obrien_fleming_boundary_matches_published_values() -> None:
+    """Lan-DeMets O'Brien-Fleming-type spending, 5 equally spaced looks, one-sided 2.5 %:
+    z = 4.877, 3.357, 2.680, 2.290, 2.031 (Jennison and Turnbull 2000, table 7.6)."""
+    normal = statistics.NormalDist()
+    levels = nominal_levels(0.025, [0.2, 0.4, 0.6, 0.8, 1.0])
+    assert [round(normal.inv_cdf(1 - p), 3) for p in levels] == [4.877, 3.357, 2.680, 2.290,
+                                                                  2.031]
+    pocock = nominal_levels(0.025, [0.2, 0.4, 0.6, 0.8, 1.0], "pocock")
+    assert [round(normal.inv_cdf(1 - p), 2) for p in pocock] == [2.44, 2.43, 2.41, 2.40, 2.39]
+
+
+def test_boundary_spends_exactly_alpha_under_no_effect() -> None:
+    """Simulated Brownian motion at the looks: the share crossing any boundary is alpha."""
+    fractions = [n / 10 for n in range(2, 11)]
+    levels = nominal_levels(0.05, fractions)
+    bounds = [statistics.NormalDist().inv_cdf(1 - p) for p in levels]
+    rng, crossed, trials = random.Random(5), 0, 20000
+    for _ in range(trials):
+        total, previous = 0.0, 0.0
+        for fraction, bound in zip(fractions, bounds, strict=True):
+            total += rng.gauss(0.0, math.sqrt(fraction - previous))
+            previous = fraction
+            if total / math.sqrt(fraction) >= bound:
+                crossed += 1
+                break
+    assert crossed / trials == pytest.approx(0.05, abs=0.005)
+
+
+@pytest.mark.parametrize(("alpha", "fractions", "message"), [
+    (0.6, [1.0], "alpha"), (0.05, [0.5, 0.5], "increase"), (0.05, [], "increase"),
+    (0.05, [0.5, 1.5], "fraction"),
+])
+def test_boundary_rejects_bad_parameters(alpha: float, fractions: list[float],
+                                         message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        nominal_levels(alpha, fractions)
