@@ -7,13 +7,16 @@ readable where NCCL ran (typically not mounted into the container) and NCCL fell
 auto-detection; ``XML Topology has wrong version`` and ``XML Parse`` warnings mean the file was
 found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with GRAPH;
 ``NET/OFI Adding NCCL_TOPO_FILE=X to environment`` is the aws-ofi-nccl plugin setting it.
-``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU."""
+``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU.
+With ``NCCL_DEBUG_SUBSYS=COLL`` the log also carries one line per call (``nccl_coll``): then
+one INFO finding per collective names the message sizes that carry 90 % of its bytes."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from exemplar_tune.diagnose import nccl_coll
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
@@ -30,6 +33,7 @@ from exemplar_tune.diagnose.base import (
 KIND = "nccl-log"
 CHECK_TOPO = "runtime.topo-in-container"
 CHECK_AFFINITY = "cpu.job-cpus-gpu-local"
+CHECK_SIZES = "workload.nccl-message-sizes"
 _PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _EVENTS = (  # (event, pattern); the first group is the path or value
     ("set", re.compile(r"NCCL_TOPO_FILE set by environment to (\S+)")),
@@ -47,7 +51,9 @@ _BROKEN = ("cannot_open", "wrong_version", "parse_error")
 
 
 def sniff(text: str) -> bool:
-    return any(_NCCL_LINE.search(line) for line in text.splitlines())
+    """NCCL INFO/WARN lines, or COLL call lines whose prefix was cut."""
+    return any(_NCCL_LINE.search(line) or nccl_coll.is_call_line(line)
+               for line in text.splitlines())
 
 
 def parse_log(text: str) -> dict[str, Any]:
@@ -99,16 +105,54 @@ def judge_affinity(source: str, affinity: dict[str, dict[str, Any]]) -> Finding:
                    affinity={k: v["cpus"] for k, v in affinity.items()})
 
 
+def _calls_text(n: int) -> str:
+    return f"{n} call" + ("s" if n != 1 else "") if n < 1000 else f"{n / 1000:.1f} k calls"
+
+
+def _size_text(size: int) -> str:
+    """``64 MiB`` when exact in the largest unit that fits, else ``1.5 MiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size // scale} {unit}" if size % scale == 0 else f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def judge_sizes(source: str, coll: nccl_coll.CollLog) -> list[Finding]:
+    """One INFO finding per collective: the sizes carrying 90 % of its bytes (at most 8)."""
+    distinct = nccl_coll.distinct_calls(coll.calls)
+    findings = []
+    for name, sizes in nccl_coll.message_sizes(distinct).items():
+        calls = [c for c in distinct if c.collective == name and c.bytes is not None]
+        carried = sum(s.share for s in sizes)
+        shown = ", ".join(_size_text(s.size) for s in sizes)
+        findings.append(finding(
+            CHECK_SIZES, INFO, f"{name}: {_calls_text(len(calls))}, {carried * 100:.0f} % of "
+            f"bytes at {shown}", [cite(source, [c.line for c in calls])],
+            collective=name, calls=len(calls), bytes=sum(c.bytes or 0 for c in calls),
+            sizes=[{"size": s.size, "calls": s.calls, "share": round(s.share, 4)}
+                   for s in sizes]))
+    return findings
+
+
+def coll_summary(coll: nccl_coll.CollLog) -> dict[str, Any]:
+    return {"lines": len(coll.calls), "calls": len(nccl_coll.distinct_calls(coll.calls)),
+            "unknown_datatype_lines": coll.unknown_datatype,
+            "unknown_collective_lines": coll.unknown_collective}
+
+
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     log = parse_log(text)
-    if not log["lines"]:
+    coll = nccl_coll.parse_coll_log(text)
+    if not log["lines"] and not coll.calls:
         raise DiagnoseError(f"{source}: no NCCL log lines")
     findings = [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
-    summary = {"nccl_version": log["version"], "nccl_lines": log["lines"],
+    findings += judge_sizes(source, coll)
+    summary = {"nccl_version": log["version"] or coll.version, "nccl_lines": log["lines"],
                "warnings": log["warn"],
                "topology_events": [{"event": e, "line": n, "value": g[0]}
                                    for e, n, g in log["events"]],
-               "affinity": {k: v["cpus"] for k, v in log["affinity"].items()}}
+               "affinity": {k: v["cpus"] for k, v in log["affinity"].items()},
+               "coll": coll_summary(coll)}
     return Report(source, KIND, summary, findings)
 
 

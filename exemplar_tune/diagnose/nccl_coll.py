@@ -1,0 +1,235 @@
+"""NCCL COLL debug lines (``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL``): the workload's message sizes.
+
+NCCL prints one INFO line per collective or point-to-point call from ``ncclEnqueueCheck`` in
+``NVIDIA/nccl:src/enqueue.cc``, with the same format from 2.4 to 2.30::
+
+    <host>:<pid>:<tid> [<cudaDev>] NCCL INFO AllReduce: opCount 1a sendbuff 0x.. recvbuff 0x..
+        count 262144 datatype 7 op 0 root 0 comm 0x.. [nranks=16] stream 0x..
+
+(one line; ``count`` is ``%zi`` up to 2.21 and ``%zu`` from 2.22, ``opCount`` is hexadecimal).
+The name is ``ncclFuncToString`` / the ``opName`` set in ``src/collectives.cc`` (in
+``src/collectives/*.cc`` before 2.19): AllReduce, AllGather, ReduceScatter, Broadcast, Reduce,
+Send, Recv, and from 2.28 AlltoAll, Gather, Scatter. RCCL (ROCm) prints the same line with
+``acc <ptr>`` before ``count`` and ``task <n> globalrank <n>`` at the end; ``globalrank`` gives
+the rank. ``datatype`` is ``ncclDataType_t`` (``src/nccl.h.in``): int8 0, uint8 1, int32 2,
+uint32 3, int64 4, uint64 5, float16 6, float32 7, float64 8, bfloat16 9, and from 2.24
+float8e4m3 10, float8e5m2 11. A line with another datatype number is skipped and counted.
+
+Contract: :func:`parse_coll_calls` returns one :class:`CollCall` per such line; anything else
+(other INFO lines, launcher noise) is ignored. Launcher prefixes may precede the line: Slurm
+``srun --label`` (``12: ``), OpenMPI ``[1,3]<stdout>:``, torchrun ``[default3]:``, Ray
+``(RayTrainWorker pid=.., ip=..)``, pdsh ``host: ``, ISO or bracketed timestamps, markdown
+``> ``; ANSI colour codes and carriage returns are removed first. ``rank`` is the global rank
+when the line (``globalrank``) or the launcher (srun, OpenMPI) says it, else ``None``.
+
+``bytes`` is the size as nccl-tests' ``size`` column counts it (``max(send, recv)`` bytes, see
+``NVIDIA/nccl-tests:src/*.cu`` ``*GetCollByteCount``): ``count * typesize`` for all_reduce,
+broadcast, reduce, send and recv; ``count * nranks * typesize`` for all_gather, reduce_scatter,
+alltoall, gather and scatter, whose ``count`` is per rank (``None`` when the line lacks
+``[nranks=]``).
+
+Counting (:func:`distinct_calls`): every rank of a communicator logs the same call, each with
+its own ``comm`` pointer, so lines are grouped by emitter (host, pid, device, rank, comm). A
+call is the tuple (collective, opCount, nranks, count, datatype, root); it is counted as often
+as the emitter that logged it most often did, so N ranks logging one op count once, while
+repeats within one rank (calls of one group share an opCount; nranks=1 communicators never
+advance it) all count. Communicators of equal size that issue the same op at the same opCount
+(parallel tensor-parallel groups) therefore count once: the histogram is one group's view.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+DATATYPES = {  # ncclDataType_t number: (name, bytes per element)
+    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
+    5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
+    9: ("bfloat16", 2), 10: ("float8e4m3", 1), 11: ("float8e5m2", 1),
+}
+COLLECTIVES = {  # NCCL opName: nccl-tests name
+    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast", "Reduce": "reduce", "AlltoAll": "alltoall", "Send": "send",
+    "Recv": "recv", "Gather": "gather", "Scatter": "scatter",
+}
+PER_RANK_COUNT = frozenset({"all_gather", "reduce_scatter", "alltoall", "gather", "scatter"})
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LAUNCHERS = (  # (pattern, group holding a global rank or None), stripped from the line start
+    (re.compile(r"^\s*(\d+): "), 1),  # srun --label
+    (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # OpenMPI --tag-output
+    (re.compile(r"^\[[A-Za-z_]*\d+\]:\s?"), None),  # torchrun --tee (local rank)
+    (re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"), None),  # Ray workers
+    (re.compile(r"^\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*"), None),
+    (re.compile(r"^\[\d\d:\d\d:\d\d(?:\.\d+)?\]\s*"), None),  # [13:57:49]
+    (re.compile(r"^> "), None),  # quoted in markdown
+    (re.compile(r"^[\w.-]+: (?=\S+:\d+:\d+ \[\d+\] )"), None),  # pdsh host label
+)
+_CALL = re.compile(
+    r"(?:(?:(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):\d+ )?\[(?P<dev>\d+)\] NCCL INFO )?"
+    r"\b(?P<name>[A-Z][A-Za-z]+): opCount (?P<opcount>[0-9a-fA-F]+) "
+    r".*?\bcount (?P<count>\d+) datatype (?P<dtype>\d+) op \d+ root (?P<root>-?\d+) "
+    r"comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?"
+    r"(?:.*?\bglobalrank (?P<grank>\d+))?")
+_VERSION = re.compile(r"\b[NR]CCL version :? ?(\d+\.\d+\.\d+[^\s,]*)")
+
+
+@dataclass(frozen=True)
+class CollCall:
+    """One COLL line: a call as one rank logged it."""
+
+    collective: str
+    count: int
+    datatype: str
+    nranks: int | None
+    bytes: int | None
+    opcount: int
+    root: int
+    comm: str
+    host: str | None = None
+    pid: int | None = None
+    device: int | None = None
+    rank: int | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class CollLog:
+    """Every COLL call of a log, the lines skipped for an unknown datatype, the version."""
+
+    calls: list[CollCall]
+    unknown_datatype: int = 0
+    unknown_collective: int = 0
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class SizeShare:
+    """One message size of a collective: how many calls carry it, their share of the bytes."""
+
+    size: int
+    calls: int
+    share: float
+    lines: tuple[int, ...] = field(default=(), compare=False)
+
+
+def clean_line(line: str) -> tuple[str, int | None]:
+    """The line without ANSI codes, CR and launcher prefixes; the launcher's global rank."""
+    line = _ANSI.sub("", line).replace("\r", "")
+    rank = None
+    stripped = True
+    while stripped:
+        stripped = False
+        for rx, group in _LAUNCHERS:
+            if m := rx.match(line):
+                rank = int(m.group(group)) if group and rank is None else rank
+                line, stripped = line[m.end():], True
+    return line, rank
+
+
+def call_bytes(collective: str, count: int, typesize: int, nranks: int | None) -> int | None:
+    """The nccl-tests ``size`` of one call; ``None`` when it needs nranks and has none."""
+    if collective in PER_RANK_COUNT:
+        return count * nranks * typesize if nranks else None
+    return count * typesize
+
+
+def _call(m: re.Match[str], n: int, rank: int | None) -> CollCall:
+    collective = COLLECTIVES[m.group("name")]
+    dtype, size = DATATYPES[int(m.group("dtype"))]
+    count, nranks = int(m.group("count")), m.group("nranks")
+    nranks_n = int(nranks) if nranks else None
+    grank = m.group("grank")
+    return CollCall(collective, count, dtype, nranks_n, call_bytes(collective, count, size,
+                                                                   nranks_n),
+                    int(m.group("opcount"), 16), int(m.group("root")), m.group("comm"),
+                    m.group("host"), int(m.group("pid")) if m.group("pid") else None,
+                    int(m.group("dev")) if m.group("dev") else None,
+                    int(grank) if grank else rank, n)
+
+
+def parse_coll_log(text: str) -> CollLog:
+    """All COLL call lines of ``text`` (see the module docstring), with what was skipped."""
+    calls: list[CollCall] = []
+    skipped: Counter[str] = Counter()
+    version = None
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line, rank = clean_line(raw)
+        if version is None and (v := _VERSION.search(line)):
+            version = v.group(1).rstrip(".")
+        if not (m := _CALL.search(line)):
+            continue
+        if m.group("name") not in COLLECTIVES:
+            skipped["collective"] += 1
+        elif int(m.group("dtype")) not in DATATYPES:
+            skipped["datatype"] += 1
+        else:
+            calls.append(_call(m, n, rank))
+    return CollLog(calls, skipped["datatype"], skipped["collective"], version)
+
+
+def parse_coll_calls(text: str) -> list[CollCall]:
+    """One :class:`CollCall` per COLL call line of ``text``, in log order."""
+    return parse_coll_log(text).calls
+
+
+def _emitter(call: CollCall) -> tuple:
+    return call.host, call.pid, call.device, call.rank, call.comm
+
+
+def _op(call: CollCall) -> tuple:
+    return (call.collective, call.opcount, call.nranks, call.count, call.datatype, call.root)
+
+
+def distinct_calls(calls: Iterable[CollCall]) -> list[CollCall]:
+    """One entry per collective call, however many ranks logged it (module docstring)."""
+    seen: dict[tuple, list[CollCall]] = defaultdict(list)  # op -> first emitter's lines
+    per_emitter: Counter[tuple] = Counter()
+    for call in calls:
+        key = _op(call)
+        per_emitter[(key, _emitter(call))] += 1
+        if per_emitter[(key, _emitter(call))] > len(seen[key]):
+            seen[key].append(call)
+    return sorted((c for group in seen.values() for c in group), key=lambda c: c.line)
+
+
+def message_sizes(calls: Iterable[CollCall], share: float = 0.9,
+                  limit: int = 8) -> dict[str, list[SizeShare]]:
+    """Per collective, the sizes that carry ``share`` of its bytes: the fewest, at most ``limit``.
+
+    Calls are counted once across ranks (:func:`distinct_calls`); a size's bytes are
+    calls x size; sizes are ordered by those bytes, largest first (ties: larger size first).
+    Calls without a size (no nranks where one is needed) are left out; a collective whose calls
+    all carry 0 bytes lists its most frequent size.
+    """
+    if not 0 < share <= 1 or limit < 1:
+        raise ValueError(f"share must be in (0, 1] and limit >= 1, not {share}, {limit}")
+    by_coll: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for call in distinct_calls(calls):
+        if call.bytes is not None:
+            by_coll[call.collective][call.bytes].append(call.line)
+    return {coll: _top(sizes, share, limit) for coll, sizes in by_coll.items()}
+
+
+def _top(sizes: dict[int, list[int]], share: float, limit: int) -> list[SizeShare]:
+    total = sum(size * len(lines) for size, lines in sizes.items())
+    ranked = sorted(sizes.items(), key=lambda kv: (kv[0] * len(kv[1]), kv[0], len(kv[1])),
+                    reverse=True)
+    if not total:
+        ranked.sort(key=lambda kv: len(kv[1]), reverse=True)
+    out: list[SizeShare] = []
+    carried = 0
+    for size, lines in ranked[:limit]:
+        carried += size * len(lines)
+        out.append(SizeShare(size, len(lines), size * len(lines) / total if total else 0.0,
+                             tuple(lines)))
+        if not total or carried >= share * total:
+            break
+    return out
+
+
+def is_call_line(line: str) -> bool:
+    """True for a COLL call line, whatever prefix it has."""
+    return bool(_CALL.search(clean_line(line)[0]))
