@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from exemplar_tune.errors import EXIT_OK, UserError
-from exemplar_tune.sim.bench import DEFAULT_SIZES, bench_lines
+from exemplar_tune.sim.bench import bench_lines
 from exemplar_tune.sim.boot import boot
 from exemplar_tune.sim.cluster import cluster_info, create_cluster
 from exemplar_tune.sim.coll_log import coll_log_lines
@@ -65,11 +65,11 @@ def add_sim_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--hosts", nargs="+", metavar="NAME",
                        help="only these hosts (default: $EXEMPLAR_TUNE_HOSTS, which tune sets "
                        "to the hosts it measures, else every host)")
-    bench.add_argument("-b", "--minbytes", type=_size, default=DEFAULT_SIZES[0], metavar="SIZE",
+    bench.add_argument("-b", "--minbytes", default="1M", metavar="SIZE",
                        help="collectives: smallest size, bytes or 64K/1M/1G (default 1M)")
-    bench.add_argument("-e", "--maxbytes", type=_size, default=DEFAULT_SIZES[1], metavar="SIZE",
+    bench.add_argument("-e", "--maxbytes", default="16G", metavar="SIZE",
                        help="collectives: largest size (default 16G)")
-    bench.add_argument("-f", "--stepfactor", type=int, default=DEFAULT_SIZES[2], metavar="N",
+    bench.add_argument("-f", "--stepfactor", type=int, default=2, metavar="N",
                        help="collectives: multiply the size by N each row (default 2)")
     bench.set_defaults(func=cmd_sim_bench)
     coll = steps.add_parser("coll-log", help="the NCCL_DEBUG=INFO COLL log of a training job",
@@ -86,13 +86,6 @@ def add_sim_parser(sub: argparse._SubParsersAction) -> None:
     boot_cmd.add_argument("directory", type=Path, metavar="DIR")
     boot_cmd.add_argument("hosts", nargs="*", metavar="NAME", help="default: every host")
     boot_cmd.set_defaults(func=cmd_sim_boot)
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _hosts(directory: Path, wanted: list[str] | None) -> list[str]:
@@ -124,7 +117,7 @@ def cmd_sim_bench(args: argparse.Namespace) -> int:
         from_env = [h for h in os.environ.get(HOSTS_VARIABLE, "").split(",") if h]
         hosts = _hosts(args.directory, args.hosts or from_env)
         scenario = load_scenario(args.directory / "scenario.yaml")
-        sizes = (args.minbytes, args.maxbytes, args.stepfactor)
+        sizes = (parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
         for line in bench_lines(args.directory, scenario, hosts, args.workload, args.steps,
                                 sizes):
             print(line)
