@@ -40,7 +40,7 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
     scenario = load_scenario("healthy")
-    scenario.update(hosts=1, faults=["nccl_qps_1"], fabric="cx8")
+    scenario.update(hosts=1, faults=["nccl_qps_1"])
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
     create_cluster(tmp_path / "cluster", str(tmp_path / "scenario.yaml"))
     return tmp_path / "cluster" / "hosts" / "node01"

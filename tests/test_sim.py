@@ -152,8 +152,8 @@ def test_collectives_print_an_nccl_tests_table(gb300):
         test = nccl_tests.parse_tests(out.stdout)[-1]
         assert test["collective"] == collective
         row = {r["size"]: r for r in test["rows"]}[16 * 2**30]["out_of_place"]
-        shape = scenario["workloads"][workload]
-        expected = shape["qps1_time_ms"] * (1 + scenario["effects"]["topo_missing_in_container"])
+        qps1 = {"all_gather": 375, "reduce_scatter": 389}[collective]  # the published CX-8 case
+        expected = qps1 * (1 + scenario["effects"]["topo_missing_in_container"])
         assert row["time_us"] / 1000 == pytest.approx(expected, rel=0.05)
         assert row["busbw"] < row["algbw"]
 

@@ -17,6 +17,7 @@ from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.model import host_state, load_scenario
 from tests.helpers import cli_env, tree_hash
 from tests.test_cli import cli
+from tests.test_tune import other_fabric
 
 pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
 
@@ -68,7 +69,7 @@ def test_a_healthy_cluster_keeps_nothing_and_changes_nothing(tmp_path):
 
 def other_fabric_cluster(tmp_path, name):
     scenario = load_scenario("gb300-exemplar-gap")
-    scenario.update(fabric="other", hosts=1)
+    scenario.update(fabric_response=other_fabric(0.02), hosts=1)
     path = tmp_path / "other.yaml"
     path.write_text(yaml.safe_dump(scenario))
     create_cluster(tmp_path / name, str(path), seed=5)

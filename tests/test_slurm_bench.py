@@ -242,7 +242,7 @@ def loop_setup(tmp_path, monkeypatch):
     (tmp_path / "profile.yaml").write_text(yaml.safe_dump(
         {"name": "swept", "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}))
     scenario = load_scenario("healthy")
-    scenario.update(hosts=1, faults=["nccl_qps_1"], fabric="cx8")
+    scenario.update(hosts=1, faults=["nccl_qps_1"])
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
     create_cluster(tmp_path / "cluster", str(tmp_path / "scenario.yaml"))
     return tmp_path, tmp_path / "cluster" / "hosts" / "node01"

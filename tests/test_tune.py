@@ -31,11 +31,19 @@ def setup(tmp_path, monkeypatch):
     return tmp_path, tmp_path / "cluster" / "hosts" / "node01"
 
 
+def other_fabric(penalty):
+    """A fabric response where 1 QP per connection is best and 4 cost ``penalty`` on every
+    collective, at every size."""
+    return {"NCCL_IB_QPS_PER_CONNECTION": {
+        "unset": 1, "factors": {1: {0: 1.0}, 4: {0: 1.0 + penalty}}}}
+
+
 def bench_file(tmp_path, host, fabric="cx8", penalty=0.02, command=None):
-    """Create the cluster for ``fabric`` (QPS 4 costs ``penalty`` off CX-8); its bench file."""
+    """Create the cluster for ``fabric`` (off CX-8, QPS 4 costs ``penalty``); its bench file."""
     scenario = load_scenario("healthy")
-    scenario.update(hosts=1, faults=["nccl_qps_1"], fabric=fabric)
-    scenario["effects"]["qps4_on_other_fabric"] = penalty
+    scenario.update(hosts=1, faults=["nccl_qps_1"])
+    if fabric != "cx8":
+        scenario["fabric_response"] = other_fabric(penalty)
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
     create_cluster(tmp_path / "cluster", str(tmp_path / "scenario.yaml"))
     command = command or [sys.executable, "-m", "exemplar_tune.cli", "sim", "bench",

@@ -2,9 +2,10 @@
 
 Training workloads print Megatron-LM iteration lines (``elapsed time per iteration (ms)``);
 with several hosts a data-parallel step lasts as long as the slowest host's. Collectives print
-an nccl-tests table (``all_gather_perf`` / ``reduce_scatter_perf``: sizes 1 MiB to 16 GiB,
-time, algbw and busbw, out-of-place and in-place), timed by the slowest host. Each call
-increments the cluster's run counter, so repeated runs get independent, reproducible noise.
+an nccl-tests table (``all_gather_perf`` / ``reduce_scatter_perf``: sizes from ``minbytes`` to
+``maxbytes`` by ``stepfactor``, 1 MiB to 16 GiB by 2 unless asked otherwise; time, algbw and
+busbw, out-of-place and in-place), each size timed by the slowest host. Each call increments
+the cluster's run counter, so repeated runs get independent, reproducible noise.
 """
 
 from __future__ import annotations
@@ -14,11 +15,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from exemplar_tune.sim.model import collective_time, host_state, is_collective, step_times
+from exemplar_tune.sim.model import collective_times, host_state, is_collective, step_times
 
-LATENCY_US = 30.0
-SIZES = [2**20 * 2**i for i in range(15)]  # 1 MiB .. 16 GiB
-SIZE_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30}
+DEFAULT_SIZES = (2**20, 16 * 2**30, 2)  # nccl-tests' -b 1M -e 16G -f 2
+MAX_ROWS = 64
+WORD = 4  # the table's datatype: float
+
+
+def table_sizes(minbytes: int, maxbytes: int, stepfactor: int, ranks: int) -> list[int]:
+    """The sizes nccl-tests prints for ``-b minbytes -e maxbytes -f stepfactor``.
+
+    Like nccl-tests: from ``minbytes`` while not above ``maxbytes``, times ``stepfactor``; each
+    size rounded down to whole elements per rank (``ranks`` x 4 bytes), and at least one
+    element per rank. ``ValueError`` for a range nccl-tests would refuse.
+    """
+    if minbytes < 1 or maxbytes < minbytes:
+        raise ValueError(f"-b {minbytes} -e {maxbytes}: need 0 < minbytes <= maxbytes")
+    if stepfactor < 2:
+        raise ValueError(f"-f {stepfactor}: the step factor must be at least 2")
+    sizes, size = [], minbytes
+    while size <= maxbytes and len(sizes) < MAX_ROWS:
+        sizes.append(max(WORD * ranks, size // (WORD * ranks) * WORD * ranks))
+        size *= stepfactor
+    return sizes
 
 
 def next_run(counter: Path) -> int:
@@ -36,16 +55,25 @@ def next_run(counter: Path) -> int:
 
 
 def bench_lines(directory: Path, scenario: dict[str, Any], hosts: list[str], workload: str,
-                steps: int) -> Iterator[str]:
-    """The output of one benchmark run of ``workload`` over ``hosts``."""
+                steps: int, sizes: tuple[int, int, int] = DEFAULT_SIZES) -> Iterator[str]:
+    """The output of one benchmark run of ``workload`` over ``hosts``.
+
+    ``sizes`` (minbytes, maxbytes, stepfactor) is the range of a collective's table.
+    """
     if workload not in scenario["workloads"]:
         raise ValueError(f"workload {workload!r}: the scenario has "
                          f"{', '.join(scenario['workloads'])}")
+    shape = scenario["workloads"][workload]
+    table = table_sizes(*sizes, len(hosts) * scenario["gpus_per_host"]) \
+        if is_collective(shape) else []
     run = next_run(directory / "state" / "bench-runs")
     states = {host: host_state(str(directory / "hosts" / host)) for host in hosts}
-    if is_collective(scenario["workloads"][workload]):
-        times = [collective_time(s, scenario, workload, h, run) for h, s in states.items()]
-        yield from nccl_table(scenario, workload, max(times), len(hosts))
+    if is_collective(shape):
+        per_host = [collective_times(s, scenario, workload, h, run, table)
+                    for h, s in states.items()]
+        times = [max(values) for values in zip(*per_host, strict=True)]
+        yield from nccl_table(scenario, workload, dict(zip(table, times, strict=True)),
+                              len(hosts), sizes)
         return
     per_host = [step_times(s, scenario, workload, h, run, steps) for h, s in states.items()]
     for index, values in enumerate(zip(*per_host, strict=True), start=1):
@@ -55,18 +83,20 @@ def bench_lines(directory: Path, scenario: dict[str, Any], hosts: list[str], wor
                f"lm loss: 2.345678E+00 | loss scale: 1.0 |")
 
 
-def nccl_table(scenario: dict[str, Any], workload: str, time_ms: float,
-               hosts: int) -> Iterator[str]:
-    """An nccl-tests report whose time at the workload's size is ``time_ms``."""
+def nccl_table(scenario: dict[str, Any], workload: str, times_us: dict[int, float], hosts: int,
+               sizes: tuple[int, int, int] = DEFAULT_SIZES) -> Iterator[str]:
+    """An nccl-tests report with ``times_us[size]`` microseconds per collective at each size.
+
+    algbw = size / time (GB/s), busbw = algbw x (ranks - 1) / ranks, as nccl-tests computes
+    them for all_gather and reduce_scatter; count is elements per rank.
+    """
     shape = scenario["workloads"][workload]
     ranks = hosts * scenario["gpus_per_host"]
     name = f"{shape['collective']}_perf"
-    ref_size = int(shape["size"][:-1]) * SIZE_SUFFIX[shape["size"][-1]]
-    per_byte_us = (time_ms * 1000.0 - LATENCY_US) / ref_size
     yield "# nccl-tests version 2.17.6 nccl-headers=22809 nccl-library=22809"
     yield f"# Collective test starting: {name}"
-    yield (f"# nThread 1 nGpus 1 minBytes {SIZES[0]} maxBytes {SIZES[-1]} step: 2(factor) "
-           "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0")
+    yield (f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[1]} step: {sizes[2]}"
+           "(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0")
     yield "#"
     yield "#" + " " * 62 + "out-of-place                       in-place"
     yield ("#       size         count      type   redop    root     time   algbw   busbw "
@@ -74,15 +104,14 @@ def nccl_table(scenario: dict[str, Any], workload: str, time_ms: float,
     yield ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
            "          (us)  (GB/s)  (GB/s)")
     total_bus = 0.0
-    for size in SIZES:
-        time_us = LATENCY_US + per_byte_us * size
+    for size, time_us in times_us.items():
         algbw = size / time_us / 1000.0
         busbw = algbw * (ranks - 1) / ranks
         total_bus += busbw
         group = f"{time_us:9.2f}  {algbw:6.2f}  {busbw:6.2f}       0"
-        yield (f"{size:12d}  {size // 4 // ranks:12d}     float    none      -1  {group}  "
+        yield (f"{size:12d}  {size // WORD // ranks:12d}     float    none      -1  {group}  "
                f"{group}")
     yield "# Out of bounds values : 0 OK"
-    yield f"# Avg bus bandwidth    : {total_bus / len(SIZES):.3f}"
+    yield f"# Avg bus bandwidth    : {total_bus / max(1, len(times_us)):.3f}"
     yield "#"
     yield f"# Collective test concluded: {name}"

@@ -11,14 +11,20 @@ condition holds:
 * ``housekeeping_shared`` -- ``system.slice`` may run on every online CPU (not confined):
   occasional 50-100 ms stalls;
 * ``topo_missing_in_container`` -- enroot is installed but carries no ``NCCL_TOPO_FILE``;
-* QPS -- ``NCCL_IB_QPS_PER_CONNECTION`` against the fabric's best value (4 on ``cx8``).
+* ``fabric_response`` -- the host's NCCL settings (``/etc/nccl.conf`` and the other sources the
+  fabric facts resolve) against the scenario's response of the fabric, by message size
+  (:mod:`exemplar_tune.sim.fabric`).
 
 Training workloads (``dense``, ``moe``) give seconds per step: the communication share is
-slowed by the topology and QPS effects, the whole step by CMDQV and C-states, and stalls are
-added step by step. Collectives (``nccl-allgather``, ``nccl-reducescatter``) give the time of
-one collective at the reference size.
+slowed by the topology effect and by the fabric response at the message sizes of the
+workload's ``comm_sizes`` (collective -> {size: calls per step}); the settings' cost adds
+microseconds per call and a fraction of the compute share; CMDQV and C-states slow the whole
+step, and stalls are added step by step. Collectives (``nccl-allgather``,
+``nccl-reducescatter``) give the time of one collective at each message size: a base curve
+(``latency_us`` + size / bandwidth, through ``time_ms`` at the reference ``size``) times the
+fabric response at that size times the topology effect, plus the settings' cost per call.
 
-Noise is seeded by (scenario seed, host, workload, run index): the same inputs give the same
+Noise is seeded by (scenario seed, host, workload, run): the same inputs give the same
 numbers, different runs give independent noise.
 """
 
@@ -34,10 +40,22 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import parse
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+from exemplar_tune.sim.fabric import (
+    effective_values,
+    extra_cost,
+    parse_size,
+    time_factor,
+    validate_response,
+)
+
 SCENARIOS = Path(__file__).with_name("scenarios")
 DEFAULT_SCENARIO = SCENARIOS / "gb300-exemplar-gap.yaml"
-SCENARIO_KEYS = ("name", "base", "hosts", "gpus_per_host", "seed", "faults", "fabric",
+SCENARIO_KEYS = ("name", "base", "hosts", "gpus_per_host", "seed", "faults", "fabric_response",
                  "noise_cv", "workloads", "effects", "profile")
+COLLECTIVE_KEYS = ("collective", "size", "time_ms")
+TRAINING_KEYS = ("step_time_s", "comm_share", "cmdqv_missing", "comm_sizes")
+COMM_OPS = ("all_gather", "reduce_scatter", "all_reduce")
+LATENCY_US = 30.0  # a collective's fixed time unless the workload gives latency_us
 
 
 def shipped_scenarios() -> list[str]:
@@ -46,7 +64,10 @@ def shipped_scenarios() -> list[str]:
 
 
 def load_scenario(name_or_path: str | Path | None = None) -> dict[str, Any]:
-    """A shipped scenario by name, or a scenario file (the GB300 gap by default)."""
+    """A shipped scenario by name, or a scenario file (the GB300 gap by default).
+
+    ``ValueError`` with one line naming the file and the key when it cannot be used.
+    """
     path = Path(name_or_path) if name_or_path else DEFAULT_SCENARIO
     if not path.suffix and str(name_or_path) in shipped_scenarios():
         path = SCENARIOS / f"{name_or_path}.yaml"
@@ -62,14 +83,68 @@ def load_scenario(name_or_path: str | Path | None = None) -> dict[str, Any]:
     if missing:
         raise ValueError(f"scenario {name_or_path}: missing {', '.join(missing)} (see the "
                          f"shipped {DEFAULT_SCENARIO.name})")
+    try:
+        validate_response(scenario["fabric_response"])
+        _validate_workloads(scenario["workloads"])
+    except ValueError as exc:
+        raise ValueError(f"scenario {name_or_path}: {exc}") from None
     return scenario
 
 
+def _validate_workloads(workloads: Any) -> None:
+    if not isinstance(workloads, dict) or not workloads:
+        raise ValueError("workloads: a mapping of workload name -> shape")
+    for name, shape in workloads.items():
+        at = f"workloads.{name}"
+        if not isinstance(shape, dict):
+            raise ValueError(f"{at}: a mapping")
+        keys = COLLECTIVE_KEYS if is_collective(shape) else TRAINING_KEYS
+        missing = [k for k in keys if k not in shape]
+        if missing:
+            raise ValueError(f"{at}: missing {', '.join(missing)}")
+        try:
+            if is_collective(shape):
+                parse_size(shape["size"])
+            else:
+                _validate_comm_sizes(shape["comm_sizes"])
+        except ValueError as exc:
+            raise ValueError(f"{at}.{'size' if is_collective(shape) else 'comm_sizes'}: "
+                             f"{exc}") from None
+
+
+def _validate_comm_sizes(comm: Any) -> None:
+    if not isinstance(comm, dict) or not comm:
+        raise ValueError("a mapping of collective -> {message size: calls per step}")
+    for op, sizes in comm.items():
+        if op not in COMM_OPS:
+            raise ValueError(f"{op}: not a collective ({', '.join(COMM_OPS)})")
+        if not isinstance(sizes, dict) or not sizes:
+            raise ValueError(f"{op}: a mapping of message size -> calls per step")
+        for size, calls in sizes.items():
+            try:
+                parse_size(size)
+            except ValueError as exc:
+                raise ValueError(f"{op}.{size}: {exc}") from None
+            if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+                raise ValueError(f"{op}.{size}: calls per step {calls!r} is not a positive "
+                                 "integer")
+
+
+def comm_calls(shape: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """``(collective, size in bytes, calls per step)`` of a training workload, in file order."""
+    return [(op, parse_size(size), calls) for op, sizes in shape["comm_sizes"].items()
+            for size, calls in sizes.items()]
+
+
 def host_state(sysroot: str) -> dict[str, Any]:
-    """The conditions the model reacts to, read from the host's facts."""
+    """The conditions the model reacts to, read from the host's facts.
+
+    ``nccl`` maps every NCCL setting the host resolves (environment, then the configuration
+    files) to its value.
+    """
     facts = gather_facts(Sysroot(sysroot), ["vm", "cpu", "runtime", "fabric"])
     vm, cpu, runtime = facts["vm"], facts["cpu"], facts["runtime"]
-    qps = ((facts["fabric"].get("nccl_settings") or {}).get("NCCL_IB_QPS_PER_CONNECTION") or {})
+    settings = facts["fabric"].get("nccl_settings") or {}
     return {
         "cmdqv_missing": bool(vm.get("arch") == "aarch64" and vm.get("smmu_v3")
                               and (vm.get("cmdqv") or {}).get("state") != "active"),
@@ -77,7 +152,7 @@ def host_state(sysroot: str) -> dict[str, Any]:
         "housekeeping_shared": _housekeeping_shared(cpu),
         "topo_missing_in_container": bool((runtime.get("enroot") or {}).get("installed")
                                           and not runtime["enroot"].get("carries_topo_env")),
-        "qps": int(qps.get("value") or 1),
+        "nccl": {key: (entry or {}).get("value") for key, entry in settings.items()},
     }
 
 
@@ -105,19 +180,59 @@ def is_collective(workload: dict[str, Any]) -> bool:
     return "collective" in workload
 
 
-def step_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
-               run: int, steps: int) -> list[float]:
-    """Seconds per iteration of one training run on a host in ``state``."""
+def settings_of(state: dict[str, Any], scenario: dict[str, Any]) -> dict[str, str]:
+    """The values of the response's settings that count on a host in ``state``."""
+    return effective_values(scenario["fabric_response"], state.get("nccl") or {})
+
+
+def mean_step_time(state: dict[str, Any], scenario: dict[str, Any], workload: str) -> float:
+    """Seconds per iteration of a training workload on a host in ``state``, without noise."""
     shape = scenario["workloads"][workload]
     effects = scenario["effects"]
-    factor = 1.0 + _comm_extra(state, scenario) * shape["comm_share"]
+    response = scenario["fabric_response"]
+    values = settings_of(state, scenario)
+    extra = comm_factor(scenario, workload, values) - 1.0
+    if state["topo_missing_in_container"]:
+        extra += effects["topo_missing_in_container"]
+    per_call_us, compute = extra_cost(response, values)
+    factor = (1.0 + extra * shape["comm_share"]) * (1.0 + compute * (1 - shape["comm_share"]))
     if state["cmdqv_missing"]:
         factor *= 1.0 + shape["cmdqv_missing"]
     if state["deep_cstates_blocked"]:
         factor *= 1.0 + effects["deep_cstates_blocked"]
-    rng = random.Random(_seed(scenario["seed"], host, workload, run))  # noqa: S311 - noise
-    mean = shape["step_time_s"] * factor * (1.0 + rng.gauss(0.0, scenario["noise_cv"]))
-    stall = effects["housekeeping_shared"]
+    calls = sum(n for _, _, n in comm_calls(shape))
+    return shape["step_time_s"] * factor + calls * per_call_us / 1e6
+
+
+def comm_factor(scenario: dict[str, Any], workload: str, values: dict[str, str]) -> float:
+    """The fabric response over a training step's collective calls, weighted by their time."""
+    response = scenario["fabric_response"]
+    weights = [(calls * base_time_us(scenario, op, size), size)
+               for op, size, calls in comm_calls(scenario["workloads"][workload])]
+    total = sum(w for w, _ in weights)
+    return sum(w * time_factor(response, values, size) for w, size in weights) / total
+
+
+def base_time_us(scenario: dict[str, Any], collective: str, size: int) -> float:
+    """Microseconds of one ``collective`` of ``size`` bytes on the base curve (factor 1.0).
+
+    The curve of the scenario's nccl-tests workload of that collective (else its first
+    collective workload): latency plus size over the bandwidth that gives ``time_ms`` at its
+    reference size.
+    """
+    shapes = [s for s in scenario["workloads"].values() if is_collective(s)]
+    shape = next((s for s in shapes if s["collective"] == collective), shapes[0] if shapes
+                 else {"size": "16G", "time_ms": 262})
+    latency = shape.get("latency_us", LATENCY_US)
+    return latency + (shape["time_ms"] * 1000.0 - latency) * size / parse_size(shape["size"])
+
+
+def step_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
+               run: int, steps: int) -> list[float]:
+    """Seconds per iteration of one training run on a host in ``state``."""
+    rng = random.Random(seed_of(scenario["seed"], host, workload, run))  # noqa: S311 - noise
+    mean = mean_step_time(state, scenario, workload) * (1.0 + rng.gauss(0.0, scenario["noise_cv"]))
+    stall = scenario["effects"]["housekeeping_shared"]
     times = []
     for _ in range(steps):
         value = mean * (1.0 + rng.gauss(0.0, scenario["noise_cv"] / 2))
@@ -127,41 +242,37 @@ def step_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, h
     return times
 
 
-def collective_time(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
-                    run: int) -> float:
-    """Milliseconds of one collective at the workload's reference size on a host in ``state``."""
+def collective_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
+                     run: int, sizes: list[int]) -> list[float]:
+    """Microseconds of one collective at each of ``sizes`` on a host in ``state``.
+
+    Base curve x fabric response at that size x topology effect, plus the settings' cost per
+    call; noise of the run (``noise_cv``) and of each size (half of it).
+    """
     shape = scenario["workloads"][workload]
-    base = shape["qps1_time_ms"] if _qps_short(state, scenario) else shape["time_ms"]
-    factor = 1.0
+    response = scenario["fabric_response"]
+    values = settings_of(state, scenario)
+    topology = 1.0
     if state["topo_missing_in_container"]:
-        factor += scenario["effects"]["topo_missing_in_container"]
-    if scenario["fabric"] != "cx8" and state["qps"] >= 4:
-        factor += scenario["effects"]["qps4_on_other_fabric"]
-    rng = random.Random(_seed(scenario["seed"], host, workload, run))  # noqa: S311 - noise
-    return base * factor * (1.0 + rng.gauss(0.0, scenario["noise_cv"]))
+        topology += scenario["effects"]["topo_missing_in_container"]
+    per_call_us, _ = extra_cost(response, values)
+    rng = random.Random(seed_of(scenario["seed"], host, workload, run))  # noqa: S311 - noise
+    run_noise = 1.0 + rng.gauss(0.0, scenario["noise_cv"])
+    times = []
+    for size in sizes:
+        base = base_time_us(scenario, shape["collective"], size)
+        value = base * time_factor(response, values, size) * topology + per_call_us
+        times.append(value * run_noise * (1.0 + rng.gauss(0.0, scenario["noise_cv"] / 2)))
+    return times
 
 
 def reference(scenario: dict[str, Any], workload: str) -> float:
-    """The workload's figure on a host with nothing to fix (ms per step, or ms per collective)."""
+    """The workload's figure at factor 1.0 with nothing to fix (ms per step, or ms per
+    collective at its reference size)."""
     shape = scenario["workloads"][workload]
     return shape["time_ms"] if is_collective(shape) else shape["step_time_s"] * 1000.0
 
 
-def _qps_short(state: dict[str, Any], scenario: dict[str, Any]) -> bool:
-    return scenario["fabric"] == "cx8" and state["qps"] < 4
-
-
-def _comm_extra(state: dict[str, Any], scenario: dict[str, Any]) -> float:
-    """Relative slow-down of the communication share of a training step."""
-    effects = scenario["effects"]
-    extra = effects["topo_missing_in_container"] if state["topo_missing_in_container"] else 0.0
-    allgather = scenario["workloads"]["nccl-allgather"]
-    if _qps_short(state, scenario):
-        extra += allgather["qps1_time_ms"] / allgather["time_ms"] - 1.0
-    elif scenario["fabric"] != "cx8" and state["qps"] >= 4:
-        extra += effects["qps4_on_other_fabric"]
-    return extra
-
-
-def _seed(*parts: Any) -> int:
+def seed_of(*parts: Any) -> int:
+    """A reproducible seed from ``parts`` (the noise of one host, workload and run)."""
     return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:16], 16)
