@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -31,12 +32,13 @@ from exemplar_tune.runs import new_run_id, state_dir
 from exemplar_tune.signals import signals_deferred
 
 APPLICATION_ID = 0x45544C47  # "ETLG"
-KINDS = ("apply", "tune")
+KINDS = ("apply", "tune", "sweep")
 EXPERIMENT_STATUSES = ("running", "finished", "failed", "rolled_back", "interrupted")
 LAYER_STATUSES = ("pending", "baseline", "applied", "measuring", "kept", "restored", "failed",
                   "skipped")
 LAYER_DONE = ("kept", "restored", "failed", "skipped")
-ARMS = ("baseline", "candidate")
+ARMS = ("baseline", "candidate")  # tune's arms; a sweep's arms are its settings
+SWEEP_ARM = re.compile(r"^[A-Z][A-Z0-9_]*=[^,=\s]*(,[A-Z][A-Z0-9_]*=[^,=\s]*)*$")
 ACTIONS = ("keep", "restore")
 LEVELS = ("debug", "info", "warning", "error")
 LAYER_FIELDS = ("run_id", "reboot_required", "started_at", "finished_at")
@@ -46,11 +48,16 @@ def _in(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
+_EXPERIMENT_COLUMNS = ("id, kind, started_at, finished_at, status, profile_name, target_json, "
+                       "controller_pid, controller_host, options_json, summary_json")
+_SAMPLE_COLUMNS = ("id, experiment_id, layer, arm, shape, run_index, value, unit, samples_json, "
+                   "log_path, seconds, recorded_at")
+
 # One tuple of statements per schema version; index 0 migrates user_version 0 -> 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = ((
     f"""CREATE TABLE experiments (
     id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL CHECK (kind IN {_in(KINDS)}),
+    kind TEXT NOT NULL CHECK (kind IN ('apply', 'tune')),
     started_at TEXT NOT NULL,
     finished_at TEXT,
     status TEXT NOT NULL CHECK (status IN {_in(EXPERIMENT_STATUSES)}),
@@ -82,11 +89,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
     recorded_at TEXT NOT NULL,
     FOREIGN KEY (experiment_id, layer) REFERENCES layers(experiment_id, layer) ON DELETE CASCADE
 )""",
-    f"""CREATE TABLE samples (
+    """CREATE TABLE samples (
     id INTEGER PRIMARY KEY,
     experiment_id TEXT NOT NULL,
     layer TEXT NOT NULL,
-    arm TEXT NOT NULL CHECK (arm IN {_in(ARMS)}),
+    arm TEXT NOT NULL CHECK (arm IN ('baseline', 'candidate')),
     shape TEXT NOT NULL,
     run_index INTEGER NOT NULL,
     value REAL NOT NULL,
@@ -121,6 +128,45 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
 ), (
     # v2: the experiment's outcome against the profile's reference (tune's summary).
     "ALTER TABLE experiments ADD COLUMN summary_json TEXT",
+), (
+    # v3: sweeps -- an experiment kind, and arms named by their settings. SQLite cannot change
+    # a CHECK in place: both tables are rebuilt (foreign keys off, see _migrate).
+    f"""CREATE TABLE experiments_v3 (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN {_in(KINDS)}),
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL CHECK (status IN {_in(EXPERIMENT_STATUSES)}),
+    profile_name TEXT,
+    target_json TEXT NOT NULL,
+    controller_pid INTEGER NOT NULL,
+    controller_host TEXT NOT NULL,
+    options_json TEXT NOT NULL,
+    summary_json TEXT
+)""",
+    f"INSERT INTO experiments_v3 SELECT {_EXPERIMENT_COLUMNS} FROM experiments",  # noqa: S608 - constants
+    "DROP TABLE experiments",
+    "ALTER TABLE experiments_v3 RENAME TO experiments",
+    "CREATE INDEX experiments_started ON experiments(started_at)",
+    """CREATE TABLE samples_v3 (
+    id INTEGER PRIMARY KEY,
+    experiment_id TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    arm TEXT NOT NULL CHECK (length(arm) BETWEEN 1 AND 1000),
+    shape TEXT NOT NULL,
+    run_index INTEGER NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    samples_json TEXT NOT NULL,
+    log_path TEXT,
+    seconds REAL,
+    recorded_at TEXT NOT NULL,
+    UNIQUE (experiment_id, layer, arm, shape, run_index),
+    FOREIGN KEY (experiment_id, layer) REFERENCES layers(experiment_id, layer) ON DELETE CASCADE
+)""",
+    f"INSERT INTO samples_v3 SELECT {_SAMPLE_COLUMNS} FROM samples",  # noqa: S608 - constants
+    "DROP TABLE samples",
+    "ALTER TABLE samples_v3 RENAME TO samples",
 ))
 SCHEMA_VERSION = len(MIGRATIONS)
 _T = TypeVar("_T")
@@ -248,19 +294,29 @@ class Ledger:
         self._conn.execute("PRAGMA foreign_keys=ON")
 
     def _migrate(self) -> None:
-        """Create or upgrade the schema; a no-op when already current."""
-        with self._write():
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise UserError(f"{self.path}: ledger schema v{version} is newer than this "
-                                f"exemplar-tune understands (v{SCHEMA_VERSION}); upgrade it")
-            if version == SCHEMA_VERSION:
-                return
-            for statements in MIGRATIONS[version:]:
-                for statement in statements:
-                    self._conn.execute(statement)
-            self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        """Create or upgrade the schema; a no-op when already current. Foreign keys are off
+        while tables are rebuilt (SQLite's documented way to change a table's constraints)
+        and checked before the upgrade commits."""
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(f"{self.path}: ledger schema v{version} is newer than this "
+                            f"exemplar-tune understands (v{SCHEMA_VERSION}); upgrade it")
+        if version == SCHEMA_VERSION:
+            return
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with self._write():
+                version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+                for statements in MIGRATIONS[version:]:
+                    for statement in statements:
+                        self._conn.execute(statement)
+                if self._conn.execute("PRAGMA foreign_key_check").fetchone():
+                    raise UserError(f"{self.path}: the ledger's records do not fit together "
+                                    "after the upgrade; nothing was changed")
+                self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        finally:
+            self._conn.execute("PRAGMA foreign_keys=ON")
 
     def _begin(self, statement: str) -> None:
         """Start a transaction, first rolling back one that was left open."""
@@ -412,7 +468,8 @@ class Ledger:
 
         A second sample for the same (layer, arm, shape, run_index) is a ``ValueError``.
         """
-        _check(arm, ARMS, "arm")
+        if arm not in ARMS and not SWEEP_ARM.match(arm):
+            raise ValueError(f"arm {arm!r} is neither {' nor '.join(ARMS)} nor NAME=VALUE,...")
         row = (exp, layer, arm, shape, int(run_index), float(value), unit,
                json.dumps([float(s) for s in samples]),
                None if log_path is None else str(log_path), seconds, _now())

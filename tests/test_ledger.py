@@ -264,3 +264,47 @@ def test_default_path_is_in_the_state_dir(tmp_path: Path, monkeypatch) -> None:
     with Ledger() as ledger:
         assert ledger.path == tmp_path / "state" / "ledger.sqlite3"
     assert ledger.path.is_file()
+
+
+def test_a_v2_ledger_is_upgraded_with_its_records(tmp_path: Path) -> None:
+    """A ledger written before sweeps (schema v2) keeps every record through the rebuild of
+    its experiments and samples tables; afterwards it takes sweeps and their arms, and its
+    foreign keys still hold."""
+    from exemplar_tune.ledger import APPLICATION_ID, MIGRATIONS
+
+    path = tmp_path / "v2.sqlite3"
+    raw = sqlite3.connect(path, isolation_level=None)
+    for statement in (s for version in MIGRATIONS[:2] for s in version):
+        raw.execute(statement)
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute("PRAGMA user_version = 2")
+    raw.execute("INSERT INTO experiments (id, kind, started_at, status, target_json, "
+                "controller_pid, controller_host, options_json, summary_json) VALUES "
+                "('e1', 'tune', 't', 'finished', '{}', 1, 'h', '{}', '{\"gap\": 1}')")
+    raw.execute("INSERT INTO layers (experiment_id, layer, position, run_id) "
+                "VALUES ('e1', 'cpu', 3, 'e1-cpu')")
+    raw.execute("INSERT INTO samples (experiment_id, layer, arm, shape, run_index, value, unit, "
+                "samples_json, recorded_at) VALUES ('e1', 'cpu', 'baseline', 'dense', 0, 1.5, "
+                "'ms', '[1.5]', 't')")
+    raw.close()
+    with Ledger(path) as ledger:
+        doc = ledger.show("e1")
+        assert doc["experiment"]["summary"] == {"gap": 1}
+        assert [(s["arm"], s["value"]) for s in doc["samples"]] == [("baseline", 1.5)]
+        exp = ledger.start_experiment("sweep", None, TARGET, {})
+        ledger.add_layer(exp, "fabric", 5, f"{exp}-fabric")
+        ledger.add_sample(exp, "fabric", "NCCL_IB_QPS_PER_CONNECTION=4", "allgather", 0, 2.0,
+                          "GB/s", [2.0], None, 1.0)
+        with pytest.raises(ValueError, match="neither baseline nor candidate"):
+            ledger.add_sample(exp, "fabric", "4; DROP", "allgather", 1, 2.0, "GB/s", [], None,
+                              1.0)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        raw.execute("PRAGMA foreign_keys=ON")
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("INSERT INTO layers (experiment_id, layer, position, run_id) "
+                        "VALUES ('nope', 'cpu', 3, 'x')")
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("INSERT INTO experiments (id, kind, started_at, status, target_json, "
+                        "controller_pid, controller_host, options_json) VALUES "
+                        "('e2', 'other', 't', 'running', '{}', 1, 'h', '{}')")
