@@ -59,6 +59,7 @@ from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.sim.commands import add_sim_parsers
 from exemplar_tune.slurm.cli import add_prolog_option, add_slurm
 from exemplar_tune.snapshot import take_snapshot
+from exemplar_tune.sweep import add_sweep_options
 
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
 
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preflight(sub)
     _add_apply(sub)
     _add_tune(sub)
+    _add_sweep(sub)
     _add_restore(sub)
     _add_resume(sub)
     _add_audit(sub)
@@ -247,6 +249,33 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     add_loop_options(cmd)
     cmd.set_defaults(func=cmd_tune)
+
+
+SWEEP_EPILOG = """examples:
+  exemplar-tune sweep -i hosts.yml --bench nccl.yaml --knob NCCL_IB_QPS_PER_CONNECTION=1,2,4,8
+  exemplar-tune sweep ... --sizes-from train-coll.log --validate train.yaml
+  exemplar-tune sweep ... --knob NCCL_IB_QPS_PER_CONNECTION=2,4 --knob NCCL_IB_SPLIT_DATA_ON_QPS=0,1
+  exemplar-tune sweep ... --dry-run                       arms, rounds and the budget
+  exemplar-tune sweep ... --write-profile fabric-cx8.yaml a profile fragment for this fabric
+
+The hosts' current value is the incumbent; every candidate is applied through the fabric
+layer's knob (journaled), measured with the nccl-tests shapes in rounds (a rotating order,
+so drift falls on every arm alike), and dropped when clearly worse. A candidate is chosen
+only when it beats the incumbent clear of zero, the error controlled over all candidates
+(Holm) and all looks (a group-sequential boundary); otherwise the incumbent stays and the
+hosts are restored byte for byte. 'exemplar-tune rollback --run EXP' undoes a sweep.
+Try it: exemplar-tune sim create /tmp/c; see README "Fabric sweep".
+"""
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("sweep", help="choose NCCL fabric settings by measurement",
+                         description="Measure candidate values of NCCL settings on the target "
+                         "fabric at the workload's message sizes and keep the best, if any "
+                         "beats the hosts' current value.", epilog=SWEEP_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_change_target(cmd)
+    add_sweep_options(cmd)
 
 
 def _add_resume(sub: argparse._SubParsersAction) -> None:

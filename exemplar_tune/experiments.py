@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
-from exemplar_tune import reaper
+from exemplar_tune import reaper, sweep_report
 from exemplar_tune.benchmark import load_benchmarks
 from exemplar_tune.checks.workload import DEFAULT_GATE, performance_ratio
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
@@ -306,7 +306,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``exemplar-tune report RUN|latest``: Markdown or a self-contained HTML page."""
     with Ledger(args.ledger) as ledger:
         doc = ledger.show(args.experiment)
-    text = html_page(doc) if args.format == "html" else markdown(doc)
+    if doc["experiment"]["kind"] == "sweep":
+        text = sweep_report.html_page(doc) if args.format == "html" else \
+            sweep_report.markdown(doc)
+    else:
+        text = html_page(doc) if args.format == "html" else markdown(doc)
     if args.output is None:
         print(text, end="")
         return EXIT_OK

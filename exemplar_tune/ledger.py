@@ -591,6 +591,20 @@ class Ledger:
         }
 
     @_guarded
+    def sample_seconds(self, shapes: list[str], limit: int = 200) -> dict[str, list[float]]:
+        """Seconds of the most recent runs (at most ``limit`` each) of these shapes, any
+        experiment: what a plan's time estimate is made of."""
+        out: dict[str, list[float]] = {}
+        with self._read():
+            for shape in shapes:
+                rows = self._conn.execute(
+                    "SELECT seconds FROM samples WHERE shape = ? AND seconds IS NOT NULL "
+                    "ORDER BY recorded_at DESC LIMIT ?", (shape, limit)).fetchall()
+                if rows:
+                    out[shape] = [row[0] for row in rows]
+        return out
+
+    @_guarded
     def export(self, exp: str | None = None) -> dict[str, Any]:
         """A JSON-serialisable dump: one experiment, or all of them oldest first."""
         with self._read():

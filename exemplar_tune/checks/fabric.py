@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from exemplar_tune.checks.base import FAIL, PASS, WARN, Facts, Outcome, Profile, check, skip, source
@@ -112,3 +113,47 @@ def check_nccl_suspicious_keys(facts: Facts, profile: Profile) -> Outcome:
                           for k in found)
         return Outcome(WARN, observed, [], f"keys NCCL will not recognise: {meant}", evidence)
     return Outcome(PASS, observed, [], "no NCCL config key has stray whitespace", evidence)
+
+
+IDENTITY_KEYS = ("hca_types", "firmware", "link_layers", "rates_gbps")
+
+
+def fabric_identity(fabric_facts: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """What a sweep's result is keyed by: the RDMA devices' models, firmware, link layers and
+    rates of a host (sorted, distinct)."""
+    devices = fabric_facts.get("ib_devices") or []
+    ports = [p for d in devices for p in d.get("ports") or []]
+
+    def distinct(values: Any) -> list[Any]:
+        return sorted({v for v in values if v is not None})
+
+    return {"hca_types": distinct(d.get("hca_type") for d in devices),
+            "firmware": distinct(d.get("fw_ver") for d in devices),
+            "link_layers": distinct(p.get("link_layer") for p in ports),
+            "rates_gbps": distinct(p.get("rate_gbps") for p in ports)}
+
+
+@check("fabric.nccl-measured-here", severity="medium",
+       title="The profile's NCCL settings were measured on this host's fabric",
+       risk="a setting that helps one fabric (HCA model, firmware, link layer or rate) can "
+            "cost bandwidth or CPU on another: QPs per connection are fabric-dependent",
+       fix="run 'exemplar-tune sweep' on this fabric and use its --write-profile fragment",
+       knob="fabric.nccl_conf")
+def check_nccl_measured_here(facts: Facts, profile: Profile) -> Outcome:
+    """``fabric.measured_on`` (written by ``sweep --write-profile``) against this host."""
+    measured = (profile.get("fabric") or {}).get("measured_on")
+    if not measured:
+        return skip("the profile's NCCL settings name no fabric they were measured on")
+    fabric = facts.get("fabric") or {}
+    if fabric.get("ib_devices") is None:
+        return skip("fabric facts lack ib_devices")
+    here = fabric_identity(fabric)
+    expected = {k: measured.get(k) for k in IDENTITY_KEYS if measured.get(k) is not None}
+    differing = [f"{k} {here[k]} (measured on {v})" for k, v in expected.items() if here[k] != v]
+    evidence = source(facts, "fabric", "ib_devices")
+    if differing:
+        return Outcome(WARN, here, expected, "this fabric differs from the one the NCCL "
+                       f"settings were chosen on: {'; '.join(differing)}; sweep again here",
+                       evidence)
+    return Outcome(PASS, here, expected, "the NCCL settings were measured on this fabric",
+                   evidence)

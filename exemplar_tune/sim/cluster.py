@@ -8,7 +8,8 @@ Layout of ``DIR`` after :func:`create_cluster`::
     inventory.yml    the hosts for Ansible: local connection, each with its sysroot and the
                      command that boots it (``exemplar_boot_command``)
     profile.yaml     the profile tune works towards, with the workloads' reference figures
-    bench.yaml       the benchmark shapes (``exemplar-tune sim bench DIR --workload ...``)
+    bench.yaml       the training shapes (``exemplar-tune sim bench DIR --workload ...``)
+    nccl.yaml        the nccl-tests shapes, for ``sweep``
     state/           the benchmark run counter
 
 Every later step reads the hosts' *current* trees, so what the roles change is what the
@@ -68,6 +69,7 @@ def _build(directory: Path, scenario: dict[str, Any], names: list[str]) -> None:
     _dump(directory / "inventory.yml", inventory(directory, names))
     _dump(directory / "profile.yaml", cluster_profile(scenario))
     _dump(directory / "bench.yaml", benchmarks(directory, TRAINING_SHAPES))
+    _dump(directory / "nccl.yaml", collective_benchmarks(directory, scenario))
     _dump(directory / "cluster.yaml", {"name": directory.name, "scenario": scenario["name"],
                                        "seed": scenario["seed"], "hosts": names})
 
@@ -112,6 +114,17 @@ def cluster_profile(scenario: dict[str, Any]) -> dict[str, Any]:
         name: {"value": reference(scenario, name), "unit": "ms"}
         for name, shape in scenario["workloads"].items() if not is_collective(shape)}
     return profile
+
+
+def collective_benchmarks(directory: Path, scenario: dict[str, Any]) -> dict[str, Any]:
+    """The nccl-tests shapes of the scenario (what ``sweep`` measures): busbw at the largest
+    size, or at the sizes ``--sizes-from`` finds in the training job's COLL log."""
+    return {"shapes": [
+        {"name": name, "parser": "nccl-tests", "collective": shape["collective"],
+         "metric": "busbw", "timeout": 120,
+         "command": [sys.executable, "-m", "exemplar_tune.cli", "sim", "bench",
+                     str(directory), "--workload", name]}
+        for name, shape in scenario["workloads"].items() if is_collective(shape)]}
 
 
 def benchmarks(directory: Path, shapes: tuple[str, ...]) -> dict[str, Any]:

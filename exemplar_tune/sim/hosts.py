@@ -47,9 +47,21 @@ def build_host(base: str, faults: list[str], dest: Path) -> Path:
     shutil.rmtree(dest / "sys/fs/cgroup/system.slice/slurmstepd.scope", ignore_errors=True)
     if base == "grace":
         make_gb300(dest)
+    _write_hcas(dest, *HCAS[base])
     for name in faults:
         FAULTS[name](dest)
     return dest
+
+
+HCAS = {"grace": ("MT4131", "40.44.1036", "MT_0000001093"),  # ConnectX-8
+        "h100": ("MT4129", "28.39.1002", "MT_0000000838")}  # ConnectX-7
+
+
+def _write_hcas(root: Path, hca_type: str, fw_ver: str, board_id: str) -> None:
+    """The model, firmware and board of every RDMA device (what identifies a fabric)."""
+    for dev in sorted((root / "sys/class/infiniband").iterdir()):
+        for name, value in (("hca_type", hca_type), ("fw_ver", fw_ver), ("board_id", board_id)):
+            _write(dev / name, f"{value}\n")
 
 
 def _write(path: Path, text: str) -> None:

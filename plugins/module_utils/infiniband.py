@@ -92,10 +92,14 @@ def device_bdf(root: Sysroot, base: str) -> str | None:
 
 
 def read_ib_device(root: Sysroot, name: str, errors: list[HostStateError]) -> dict[str, Any]:
-    """``{name, bdf, numa_node, netdevs, ports}`` of ``/sys/class/infiniband/<name>``."""
+    """``{name, hca_type, fw_ver, board_id, bdf, numa_node, netdevs, ports}`` of
+    ``/sys/class/infiniband/<name>`` (the first three ``None`` where the driver has none)."""
     base = f"{IB_CLASS}/{name}"
     return {
         "name": name,
+        "hca_type": root.read_optional(f"{base}/hca_type"),
+        "fw_ver": root.read_optional(f"{base}/fw_ver"),
+        "board_id": root.read_optional(f"{base}/board_id"),
         "bdf": device_bdf(root, base),
         "numa_node": _parsed(root, f"{base}/device/numa_node", parse_numa_node, errors),
         "netdevs": root.listdir(f"{base}/device/net"),
