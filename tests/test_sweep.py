@@ -1,0 +1,243 @@
+"""``exemplar-tune sweep``: the plan (fast), then end to end on simulated fabrics (system).
+
+The end-to-end tests run real ansible-runner on simulated hosts whose collective and training
+times follow each scenario's ``fabric_response``; the right value per scenario is known from
+the model (``tests/test_sim_fabric.py`` checks the model itself).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exemplar_tune.errors import UserError
+from exemplar_tune.sim.cluster import create_cluster
+from exemplar_tune.sweep_plan import (
+    SweptKnob,
+    arm_count,
+    arm_label,
+    coordinate_step,
+    current_values,
+    parse_knob,
+    sizes_from_log,
+    steps,
+)
+from tests.helpers import cli_env
+from tests.test_cli import cli
+from tests.test_faults import Watch, host_bytes, kill
+
+QPS, SPLIT = "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS"
+COLL = Path(__file__).parent / "fixtures/realworld/nccl-coll"
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+def test_a_knob_is_parsed_and_checked_by_the_fabric_knob() -> None:
+    assert parse_knob(f"{QPS}=1, 2,4,2") == SweptKnob(QPS, ("1", "2", "4"))
+    for text, message in ((f"{QPS}", "write NAME=VALUE"), (f"{QPS}=", "write NAME=VALUE"),
+                          ("cpu.governor=performance", "not a fabric knob"),
+                          (f"{QPS}=4 8", "one token"), (f"{QPS}=unset", "not a value"),
+                          ("NCCL_ib=1", "the fabric knob refuses it"),
+                          (f"{QPS}=a=b", "one token")):
+        with pytest.raises(UserError, match=message):
+            parse_knob(text)
+
+
+def test_coordinate_steps_measure_each_knob_on_top_of_the_last_winner() -> None:
+    knobs = [SweptKnob(QPS, ("1", "4")), SweptKnob(SPLIT, ("0", "1"))]
+    first = steps(knobs, {QPS: "1", SPLIT: None}, grid=False)[0]
+    assert first.incumbent == {QPS: "1", SPLIT: None}
+    assert [arm_label(a) for a in first.candidates] == [f"{QPS}=4,{SPLIT}=unset"]
+    second = coordinate_step(knobs, 1, {QPS: "4", SPLIT: None})
+    assert [arm_label(a) for a in second.candidates] == [f"{QPS}=4,{SPLIT}=0",
+                                                        f"{QPS}=4,{SPLIT}=1"]
+    grid = steps(knobs, {QPS: "1", SPLIT: None}, grid=True)[0]
+    assert len(grid.candidates) == 2 * 3 - 1  # {1, 4} x {unset, 0, 1} less the incumbent
+    assert arm_count(knobs, grid=True) == 9 and arm_count(knobs, grid=False) == 6
+
+
+def test_hosts_that_differ_in_a_swept_setting_are_refused() -> None:
+    facts = {"a": {"fabric": {"nccl_settings": {QPS: {"value": "4"}}}},
+             "b": {"fabric": {"nccl_settings": {}}}}
+    with pytest.raises(UserError, match=f"hosts differ in {QPS} \\(4 on a; unset on b\\)"):
+        current_values(facts, [QPS])
+    assert current_values({"a": facts["a"]}, [QPS, SPLIT]) == {QPS: "4", SPLIT: None}
+
+
+def test_sizes_come_from_a_real_coll_log() -> None:
+    """torchtitan's tensor-parallel log (pytorch/torchtitan#1369): all_gather and
+    reduce_scatter sizes rounded to the nccl-tests rows of -f 2."""
+    text = (COLL / "pytorch-torchtitan-1369-tp-allgather-reducescatter.log").read_text()
+    sizes = sizes_from_log(text, "log")
+    assert set(sizes) >= {"all_gather", "reduce_scatter"}
+    assert all(s & (s - 1) == 0 for values in sizes.values() for s in values)
+    with pytest.raises(UserError, match="no NCCL collective calls"):
+        sizes_from_log("NCCL INFO Bootstrap : Using eth0\n", "log")
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+
+def cluster(tmp_path: Path, scenario: str, hosts: int = 2) -> Path:
+    directory = tmp_path / "c"
+    create_cluster(directory, scenario, hosts=hosts)
+    log = cli("sim", "coll-log", str(directory), "--workload", "dense")
+    (directory / "coll.log").write_text(log.stdout)
+    return directory
+
+
+def sweep(directory: Path, *args: str):
+    return cli("sweep", "-i", str(directory / "inventory.yml"), "--profile",
+               str(directory / "profile.yaml"), "--bench", str(directory / "nccl.yaml"), *args)
+
+
+def conf_states(directory: Path) -> dict[str, dict]:
+    return {h.name: host_bytes(h) for h in sorted((directory / "hosts").iterdir())}
+
+
+def qps(directory: Path) -> set[str]:
+    return {re.search(rf"^{QPS}=(\S*)", (h / "etc/nccl.conf").read_text(), re.M).group(1)
+            for h in (directory / "hosts").iterdir()}
+
+
+@pytest.mark.system
+def test_cx8_picks_four_qps_and_writes_a_profile_for_its_fabric(tmp_path):
+    directory = cluster(tmp_path, "gb300-exemplar-gap")
+    before = {h: (directory / "hosts" / h / "etc/nccl.conf").stat() for h in ("node01",)}
+    plan = sweep(directory, "--knob", f"{QPS}=2,4,8", "--sizes-from",
+                 str(directory / "coll.log"), "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "at most 80 benchmark runs" in plan.stdout and "64 MiB (from the log)" in plan.stdout
+    assert (directory / "hosts/node01/etc/nccl.conf").stat().st_mtime_ns == \
+        before["node01"].st_mtime_ns
+    out = sweep(directory, "--knob", f"{QPS}=2,4,8", "--sizes-from",
+                str(directory / "coll.log"), "--format", "json", "--write-profile",
+                str(tmp_path / "fabric.yaml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["chosen"] == f"{QPS}=4" and doc["incumbent"] == f"{QPS}=1"
+    assert qps(directory) == {"4"}
+    assert re.search(rf"{QPS}: round \d+, arm \d/\d: {QPS}=", out.stderr)
+    fragment = yaml.safe_load((tmp_path / "fabric.yaml").read_text())
+    assert fragment["fabric"]["nccl"] == {QPS: "4"}
+    assert fragment["fabric"]["measured_on"]["hca_types"] == ["MT4131"]
+    shown = json.loads(cli("show", doc["experiment"], "--format", "json").stdout)
+    arms = {s["arm"] for s in shown["samples"]}
+    assert f"{QPS}=1" in arms and f"{QPS}=4" in arms
+    report = cli("report", doc["experiment"], "--format", "html", "--output",
+                 str(tmp_path / "r.html"))
+    assert report.returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<svg") == 2 and "GB/s), higher is better" in page
+
+    # the fragment keys the settings to this fabric: a CX-7 host is told to sweep again
+    profile = yaml.safe_load((directory / "profile.yaml").read_text())
+    profile["fabric"].update(fragment["fabric"])
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(profile))
+    here = cli("preflight", "-i", str(directory / "inventory.yml"), "--profile",
+               str(tmp_path / "site.yaml"), "--layer", "fabric", "--format", "json")
+    checks = {c["id"]: c["status"] for h in json.loads(here.stdout)["hosts"].values()
+              for c in h["results"]}
+    assert checks["fabric.nccl-measured-here"] == "pass"
+    other = create_cluster(tmp_path / "x86", "h100-fewer-qps", hosts=1)
+    assert other
+    there = cli("preflight", "-i", str(tmp_path / "x86/inventory.yml"), "--profile",
+                str(tmp_path / "site.yaml"), "--layer", "fabric", "--format", "json")
+    found = [c for h in json.loads(there.stdout)["hosts"].values() for c in h["results"]
+             if c["id"] == "fabric.nccl-measured-here"]
+    assert found[0]["status"] == "warn" and "MT4129" in found[0]["detail"]
+
+
+@pytest.mark.system
+def test_fewer_qps_win_at_the_workload_sizes(tmp_path):
+    """h100-fewer-qps: the hosts run 4; at the training job's 64 MiB messages 2 is best."""
+    directory = cluster(tmp_path, "h100-fewer-qps")
+    out = sweep(directory, "--knob", f"{QPS}=1,2,8", "--sizes-from", str(directory / "coll.log"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{QPS}=4 -> {QPS}=2" in out.stdout
+    assert qps(directory) == {"2"}
+
+
+@pytest.mark.system
+def test_no_winner_leaves_every_byte_as_it_was(tmp_path):
+    """h100-qps-incumbent: 4 is already best; the hosts end byte-exact (owners, modes)."""
+    directory = cluster(tmp_path, "h100-qps-incumbent")
+    before = conf_states(directory)
+    out = sweep(directory, "--knob", f"{QPS}=2,8", "--sizes-from", str(directory / "coll.log"),
+                "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["chosen"] == doc["incumbent"] == f"{QPS}=4"
+    assert doc["steps"][0]["outcome"] == "incumbent"
+    assert conf_states(directory) == before
+
+
+@pytest.mark.system
+def test_validation_restores_a_winner_that_does_not_help_training(tmp_path):
+    """Read at 16 GiB (the table's top row), 4 QPs beat the hosts' 2 on h100-fewer-qps; the
+    training job's messages are 32-64 MiB, where 4 is slower: the keep rule restores it."""
+    directory = cluster(tmp_path, "h100-fewer-qps")
+    for conf in (directory / "hosts").glob("*/etc/nccl.conf"):
+        conf.write_text(re.sub(rf"^{QPS}=.*$", f"{QPS}=2", conf.read_text(), flags=re.M))
+    before = conf_states(directory)
+    out = sweep(directory, "--knob", f"{QPS}=4", "--validate", str(directory / "bench.yaml"),
+                "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["steps"][0]["chosen"] == f"{QPS}=4"
+    assert doc["validation"]["action"] == "restore"
+    assert doc["chosen"] == f"{QPS}=2"
+    assert conf_states(directory) == before
+    events = json.loads(cli("show", doc["experiment"], "--format", "json").stdout)["events"]
+    assert any("the winner does not help training" in e["message"] for e in events)
+
+
+@pytest.mark.system
+def test_bad_input_is_one_line_and_changes_nothing(tmp_path):
+    directory = cluster(tmp_path, "h100-qps-incumbent", hosts=1)
+    before = conf_states(directory)
+    empty = tmp_path / "empty.log"
+    empty.write_text("NCCL INFO Bootstrap : Using eth0\n")
+    for args, message in (
+            (["--knob", "cpu.governor=performance"], "not a fabric knob"),
+            (["--knob", f"{QPS}=4\n8"], "one token"),
+            (["--knob", f"{QPS}=2", "--bench", str(directory / "bench.yaml")],
+             "no nccl-tests shape"),
+            (["--knob", f"{QPS}=2", "--sizes-from", str(empty)], "no NCCL collective calls"),
+            (["--knob", f"{QPS}=2", "--max-rounds", "1"], "need 2 <= min-rounds")):
+        out = sweep(directory, *args)
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], out.stderr
+    assert conf_states(directory) == before
+
+
+@pytest.mark.system
+def test_a_killed_sweep_is_put_back_by_rollback(tmp_path):
+    directory = cluster(tmp_path, "gb300-exemplar-gap", hosts=1)
+    before = conf_states(directory)
+    argv = [sys.executable, "-m", "exemplar_tune.cli", "sweep", "-i",
+            str(directory / "inventory.yml"), "--profile", str(directory / "profile.yaml"),
+            "--bench", str(directory / "nccl.yaml"), "--knob", f"{QPS}=2,4,8"]
+    proc = subprocess.Popen(argv, env=dict(cli_env(), EXEMPLAR_TUNE_STATE_DIR=str(
+        tmp_path / "state")), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = Watch(proc)
+    watch.until(lambda _lines: qps(directory) != {"1"}, timeout=180)
+    kill(watch)
+    assert qps(directory) != {"1"}
+    experiment = json.loads(cli("history", "--format", "json").stdout)[0]["id"]
+    out = cli("rollback", "--run", experiment)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert conf_states(directory) == before
