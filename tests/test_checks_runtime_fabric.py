@@ -17,9 +17,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
 from exemplar_tune.checks.fabric import (
+    check_nccl_measured_here,
     check_nccl_settings,
     check_nccl_suspicious_keys,
     check_ports,
+    fabric_identity,
 )
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.checks.runtime import (
@@ -42,21 +44,22 @@ OUR_CHECKS = {
     "fabric.ports": ("high", None),
     "fabric.nccl-settings": ("medium", "fabric.nccl_conf"),
     "fabric.nccl-suspicious-keys": ("medium", "fabric.nccl_conf"),
+    "fabric.nccl-measured-here": ("medium", "fabric.nccl_conf"),
     "workload.reference": ("high", None),
 }
 WANT = {
     "h100-x86": {"runtime.topo-file": PASS, "runtime.topo-in-container": FAIL,
                  "runtime.stale-nccl-conf": PASS, "fabric.ports": PASS,
                  "fabric.nccl-settings": SKIP, "fabric.nccl-suspicious-keys": PASS,
-                 "workload.reference": SKIP},
+                 "fabric.nccl-measured-here": SKIP, "workload.reference": SKIP},
     "healthy-h100": {"runtime.topo-file": PASS, "runtime.topo-in-container": PASS,
                      "runtime.stale-nccl-conf": PASS, "fabric.ports": PASS,
                      "fabric.nccl-settings": SKIP, "fabric.nccl-suspicious-keys": PASS,
-                     "workload.reference": SKIP},
+                     "fabric.nccl-measured-here": SKIP, "workload.reference": SKIP},
     "gb200-grace-vm": {"runtime.topo-file": FAIL, "runtime.topo-in-container": SKIP,
                        "runtime.stale-nccl-conf": PASS, "fabric.ports": PASS,
                        "fabric.nccl-settings": SKIP, "fabric.nccl-suspicious-keys": PASS,
-                       "workload.reference": SKIP},
+                       "fabric.nccl-measured-here": SKIP, "workload.reference": SKIP},
 }
 
 
@@ -378,6 +381,25 @@ def test_suspicious_keys() -> None:
     assert "/etc/nccl.conf:4 'NCCL_IB_HCA ' (meant NCCL_IB_HCA)" in outcome.detail
     facts["fabric"].pop("nccl_suspicious_keys")
     assert check_nccl_suspicious_keys(facts, load_profile("h100-x86")).status == SKIP
+
+
+def test_nccl_settings_measured_on_another_fabric() -> None:
+    """The h100-x86 capture's ports (RoCE: Ethernet link layer) against a profile whose NCCL
+    settings were chosen on InfiniBand: sweep again; on its own fabric: pass."""
+    facts = facts_of("h100-x86")
+    for device in facts["fabric"]["ib_devices"]:
+        device.update(hca_type="MT4129", fw_ver="28.39.1002")
+    here = fabric_identity(facts["fabric"])
+    assert here["hca_types"] == ["MT4129"] and here["link_layers"] == ["Ethernet"]
+    same = profile_with("h100-x86", fabric={**QPS, "measured_on": here})
+    assert check_nccl_measured_here(facts, same).status == PASS
+    other = profile_with("h100-x86", fabric={**QPS, "measured_on": {
+        **here, "link_layers": ["InfiniBand"]}})
+    outcome = check_nccl_measured_here(facts, other)
+    assert outcome.status == WARN
+    assert "link_layers ['Ethernet'] (measured on ['InfiniBand'])" in outcome.detail
+    assert "sweep again here" in outcome.detail
+    assert check_nccl_measured_here(facts, load_profile("h100-x86")).status == SKIP
 
 
 # -- workload.reference -----------------------------------------------------------------------
