@@ -180,13 +180,18 @@ def _print_outcomes(experiment: str, outcomes: list[Any], summary: dict[str, Any
                   f" .. {c['ci_high']:+.2%}; {c['n_baseline']}+{c['n_candidate']} runs)")
         for host, why in outcome.excluded.items():
             print(f"           excluded {host}: {why}")
+    print_gap(summary)
+    print(f"details: exemplar-tune show {experiment}; exemplar-tune report {experiment}")
+
+
+def print_gap(summary: dict[str, Any]) -> None:
+    """Each shape before and after against the profile's reference, and the gate."""
     for shape, entry in summary.get("shapes", {}).items():
         if "after_ratio" in entry:
             print(f"  {shape}: {entry['before_ratio']:.1%} -> {entry['after_ratio']:.1%} of the "
                   f"reference ({entry['reference']:g}; gate {summary['gate']:.0%})")
     if summary.get("passed") is not None:
         print(f"  gate: {'PASSED' if summary['passed'] else 'NOT MET'}")
-    print(f"details: exemplar-tune show {experiment}; exemplar-tune report {experiment}")
 
 
 def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any],

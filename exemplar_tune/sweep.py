@@ -32,6 +32,7 @@ from exemplar_tune import reaper
 from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, load_benchmarks
 from exemplar_tune.checks.fabric import fabric_identity
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError, crash_report
+from exemplar_tune.experiments import gap_summary, print_gap
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
@@ -335,9 +336,13 @@ def _validate(args: argparse.Namespace, sweep: Sweep, chosen: Settings,
     with recorded(ledger, experiment):
         loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, loop_options)
         outcome = loop.layer(LAYER, POSITION)
+        summary = {}
+        if outcome.action in ("keep", "restore"):
+            summary = gap_summary(ledger.show(experiment), profile, loop.final_values())
+            ledger.set_summary(experiment, summary)
         ledger.finish(experiment, "failed" if outcome.action == "failed" else "finished")
     return {"experiment": experiment, "action": outcome.action, "reason": outcome.reason,
-            "comparisons": outcome.comparisons}
+            "comparisons": outcome.comparisons, "gap": summary}
 
 
 def _write(path: Path, text: str) -> None:
@@ -363,6 +368,7 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         v = doc["validation"]
         print(f"  validation on training ({v['experiment']}): {v['action'].upper()}: "
               f"{v['reason']}")
+        print_gap(v["gap"])
     if args.write_profile:
         print(f"wrote {args.write_profile}")
     print(f"details: exemplar-tune show {doc['experiment']}; exemplar-tune report "
