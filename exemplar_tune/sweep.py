@@ -378,7 +378,7 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
 def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
              shapes: list[BenchmarkSpec], notes: list[str], identity: dict[str, Any]) -> int:
     """The arms, the rounds and the budget; nothing changes."""
-    arms = arm_count(knobs, args.grid)
+    arms = arm_count(knobs, plan, args.grid)
     most = arms * args.max_rounds * len(shapes)
     timeout_h = sum(s.timeout for s in shapes) * arms * args.max_rounds / 3600
     print(f"plan (dry run, nothing changes): fabric {json.dumps(identity)}")

@@ -99,11 +99,11 @@ def coordinate_step(knobs: list[SweptKnob], index: int, base: Settings) -> Step:
     return Step(knob.name, dict(base), candidates)
 
 
-def arm_count(knobs: list[SweptKnob], grid: bool) -> int:
-    """Arms measured in all (incumbents included), at most: the budget's multiplier."""
-    if grid:
-        return math.prod(len(k.values) + 1 for k in knobs)
-    return sum(len(k.values) + 1 for k in knobs)
+def arm_count(knobs: list[SweptKnob], plan: list[Step], grid: bool) -> int:
+    """Arms measured in all (incumbents included), at most: the budget's multiplier. The
+    first step's are known; a later knob's incumbent may be one of its values."""
+    first = len(plan[0].candidates) + 1
+    return first if grid else first + sum(len(k.values) + 1 for k in knobs[1:])
 
 
 def nccl_shapes(specs: list[BenchmarkSpec], bench: str) -> list[BenchmarkSpec]:
