@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(s, simulate(s, args.trials, args.seed, args.drift)) for s in SCENARIOS]
     failed = [s.name for s, r in rows if s.judged and r["ours"]["correct"] < 0.95]
     if args.format == "json":
-        print(json.dumps({"trials": args.trials, "seed": args.seed, "drift": args.drift, "scenarios": [
+        print(json.dumps({"trials": args.trials, "seed": args.seed, "drift": args.drift,
+                          "scenarios": [
             {"scenario": s.name, "arms": [1.0, *s.levels], "best": s.best, "judged": s.judged,
              **r} for s, r in rows], "targets_failed": failed,
             "seconds": round(time.perf_counter() - start, 1)}, indent=1))
