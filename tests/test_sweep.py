@@ -242,3 +242,22 @@ def test_a_killed_sweep_is_put_back_by_rollback(tmp_path):
     out = cli("rollback", "--run", experiment)
     assert out.returncode == 0, out.stdout + out.stderr
     assert conf_states(directory) == before
+
+
+@pytest.mark.system
+def test_two_knobs_are_swept_one_after_the_other(tmp_path):
+    """QPS first (4 beats 1 on CX-8), then the split on top of it: at 64 MiB splitting data
+    over the QPs changes nothing, so the incumbent (unset) stays and no line is written."""
+    directory = cluster(tmp_path, "gb300-exemplar-gap", hosts=1)
+    grid = sweep(directory, "--knob", f"{QPS}=4", "--knob", f"{SPLIT}=0,1", "--grid",
+                 "--dry-run")
+    assert "6 arms x 2-10 rounds" in grid.stdout  # {1, 4} x {unset, 0, 1}
+    out = sweep(directory, "--knob", f"{QPS}=4", "--knob", f"{SPLIT}=1", "--sizes-from",
+                str(directory / "coll.log"), "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert [s["step"] for s in doc["steps"]] == [QPS, SPLIT]
+    assert doc["steps"][0]["chosen"] == f"{QPS}=4,{SPLIT}=unset"
+    assert doc["chosen"] == f"{QPS}=4,{SPLIT}=unset"
+    conf = (directory / "hosts/node01/etc/nccl.conf").read_text()
+    assert f"{QPS}=4" in conf and SPLIT not in conf
