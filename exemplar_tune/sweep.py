@@ -95,6 +95,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     current = current_values(hosts_facts, names)
     identity = _one_identity(hosts_facts)
     plan = steps(knobs, current, args.grid)
+    if not plan[0].candidates:
+        raise UserError(f"--knob: every value is what the hosts have now "
+                        f"({arm_label(plan[0].incumbent)}): nothing to sweep")
     if args.dry_run:
         return _dry_run(args, knobs, plan, shapes, notes, identity)
     with claim_hosts(_runner(args), "sweep"), graceful_stop(), Ledger(args.ledger) as ledger:
@@ -208,6 +211,9 @@ class Sweep:
                      hosts[len(canary):] if canary else [], reboot=False)
 
     def _measure(self, step: Step) -> StepResult:
+        if not step.candidates:
+            return StepResult(step, step.incumbent, "incumbent",
+                              "every value given is the current one: nothing to measure")
         labels = [arm_label(a) for a in step.candidates]
         incumbent = arm_label(step.incumbent)
         settings = {arm_label(a): a for a in (step.incumbent, *step.candidates)}
