@@ -17,6 +17,7 @@ import select
 import sys
 from pathlib import Path
 
+import yaml
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
     LAYERS,
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_apply(sub)
     _add_tune(sub)
     _add_sweep(sub)
+    _add_profile(sub)
     _add_restore(sub)
     _add_resume(sub)
     _add_audit(sub)
@@ -276,6 +278,52 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd)
     add_sweep_options(cmd)
+
+
+PROFILE_EPILOG = """examples:
+  exemplar-tune profile list                    the shipped profiles
+  exemplar-tune profile show h100-x86           a shipped profile
+  exemplar-tune profile show site.yaml          a site profile, its 'extends' chain merged
+
+A site profile holds only what differs from the one it extends:
+
+  extends: h100-x86            # a shipped name, or a path relative to this file
+  cpu: {governor: performance}
+  fabric: {nccl: {NCCL_IB_QPS_PER_CONNECTION: "2"}}
+
+Mappings merge key by key, lists and values are replaced, null deletes a key the parent has.
+"""
+
+
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("profile", help="list profiles; show one merged and validated",
+                         description="The shipped profiles, and any profile as the commands "
+                         "see it: its extends chain merged, validated.", epilog=PROFILE_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    steps = cmd.add_subparsers(dest="step", required=True, metavar="list|show")
+    steps.add_parser("list", help="the shipped profiles").set_defaults(func=cmd_profile_list)
+    show = steps.add_parser("show", help="one profile, merged and validated")
+    show.add_argument("profile", metavar="NAME|FILE")
+    show.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    show.set_defaults(func=cmd_profile_show)
+
+
+def cmd_profile_list(args: argparse.Namespace) -> int:
+    """``exemplar-tune profile list``."""
+    del args
+    for name in shipped_profiles():
+        print(name)
+    return EXIT_OK
+
+
+def cmd_profile_show(args: argparse.Namespace) -> int:
+    """``exemplar-tune profile show``: the merged, validated profile."""
+    profile = load_profile(args.profile)
+    if args.format == "json":
+        print(json.dumps(profile, indent=2))
+    else:
+        print(yaml.safe_dump(profile, sort_keys=False), end="")
+    return EXIT_OK
 
 
 def _add_resume(sub: argparse._SubParsersAction) -> None:

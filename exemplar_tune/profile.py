@@ -3,10 +3,18 @@
 A profile is a YAML file; the shipped ones live in ``exemplar_tune/profiles/``
 (``--profile h100-x86``), users pass their own path (``--profile ./site.yaml``). The schema
 (``profiles/schema.json``) rejects unknown keys, so a typo never silently disables a check.
+
+A site profile may say ``extends: h100-x86`` (a shipped name, or a path relative to the file)
+and hold only what differs. It is merged over its parent (:func:`merge`): mappings key by key,
+lists and scalars replaced, and ``null`` deletes a key the parent has (a ``null`` for a key the
+parent lacks stays: in ``fabric.nccl`` it means "remove this setting from the file"). Without
+a ``name`` the profile is named after its file. The merged result is what is validated;
+chains may be several deep, a cycle is refused.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import cache
 from pathlib import Path
@@ -60,21 +68,68 @@ def profile_vars(name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_profile(name_or_path: str) -> dict[str, Any]:
-    """The profile called ``name_or_path`` (shipped) or stored at that path, validated."""
+    """The profile called ``name_or_path`` (shipped) or stored at that path, its ``extends``
+    chain merged, validated."""
+    path = _resolve(name_or_path, Path.cwd())
+    data = _load_chain(path, [])
+    validate_profile(data, str(path))
+    return data
+
+
+def _resolve(name_or_path: str, base: Path) -> Path:
+    """A shipped profile's file, or ``name_or_path`` relative to ``base``."""
     path = Path(name_or_path)
     if not path.suffix and (PROFILES_DIR / f"{name_or_path}.yaml").is_file():
-        path = PROFILES_DIR / f"{name_or_path}.yaml"
+        return PROFILES_DIR / f"{name_or_path}.yaml"
+    path = path if path.is_absolute() else base / path
     if not path.exists():
         raise ProfileError(f"profile {name_or_path!r} not found; shipped profiles: "
                            f"{', '.join(shipped_profiles())}, or give a file path")
+    return path.resolve()
+
+
+def _load_chain(path: Path, seen: list[Path]) -> dict[str, Any]:
+    """The profile at ``path`` merged over the chain it ``extends`` (not yet validated)."""
+    if path in seen:
+        chain = " -> ".join(p.name for p in [*seen, path])
+        raise ProfileError(f"profile {seen[0]}: extends itself ({chain})")
+    data = _read(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent.strip():
+        raise ProfileError(f"profile {path}: extends: a shipped profile name or a file path")
+    merged = merge(_load_chain(_resolve(parent, path.parent), [*seen, path]), data)
+    if "name" not in data:
+        merged["name"] = path.stem
+    return merged
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(read_input(path, "profile"))
     except UserError as exc:
         raise ProfileError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise ProfileError(f"profile {path}: cannot read it: {_one_line(exc)}") from None
-    validate_profile(data, str(path))
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {path}: (top level): a mapping of sections, e.g. "
+                           "'extends: h100-x86' and the keys that differ")
     return data
+
+
+def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` over ``parent``: mappings merged key by key, anything else replaced, ``null``
+    deleting a key ``parent`` has (kept where ``parent`` lacks the key)."""
+    merged = copy.deepcopy(parent)
+    for key, value in child.items():
+        if value is None and key in merged:
+            del merged[key]
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def validate_profile(data: Any, where: str) -> None:

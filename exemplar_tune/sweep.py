@@ -81,7 +81,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise UserError("--knob: each setting once (give all its values in one --knob)")
     _check_options(args)
-    profile = load_profile(_profile_name(args))
+    args.profile = _profile_name(args)
+    profile = load_profile(args.profile)
     shapes = nccl_shapes(load_benchmarks(args.bench), str(args.bench))
     notes: list[str] = []
     if args.sizes_from:
@@ -316,7 +317,8 @@ def _finish(args: argparse.Namespace, sweep: Sweep, results: list[StepResult],
                                               "validation": validation}})
     ledger.finish(experiment, "finished")
     if args.write_profile:
-        _write(args.write_profile, profile_fragment(chosen, identity, experiment))
+        _write(args.write_profile, profile_fragment(chosen, identity, experiment,
+                                                    _extends(args.profile)))
     doc = {"experiment": experiment, "fabric": identity, "incumbent": arm_label(current),
            "chosen": arm_label(chosen), "validation": validation,
            "steps": [{"step": r.step.title, "outcome": r.outcome, "chosen": arm_label(r.chosen),
@@ -349,6 +351,12 @@ def _validate(args: argparse.Namespace, sweep: Sweep, chosen: Settings,
         ledger.finish(experiment, "failed" if outcome.action == "failed" else "finished")
     return {"experiment": experiment, "action": outcome.action, "reason": outcome.reason,
             "comparisons": outcome.comparisons, "gap": summary}
+
+
+def _extends(profile: str) -> str:
+    """What a written profile extends: a shipped name as it is, a file by its absolute path."""
+    path = Path(profile)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") else profile
 
 
 def _write(path: Path, text: str) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import yaml
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.fabric import nccl_settings
 
@@ -161,14 +162,14 @@ def current_values(hosts: Mapping[str, Mapping[str, Any]], names: list[str]) -> 
     return {name: next(iter(values), None) for name, values in seen.items()}
 
 
-def profile_fragment(settings: Settings, identity: Mapping[str, Any], experiment: str) -> str:
-    """A profile fragment for this fabric (YAML text): the chosen settings and what they were
-    measured on."""
-    import yaml
-
-    doc = {"fabric": {"nccl": dict(settings), "measured_on": {**identity,
+def profile_fragment(settings: Settings, identity: Mapping[str, Any], experiment: str,
+                     extends: str) -> str:
+    """A site profile (YAML text) that extends the profile the sweep ran with by the chosen
+    settings and the fabric they were measured on."""
+    doc = {"extends": extends,
+           "fabric": {"nccl": dict(settings), "measured_on": {**identity,
                                                               "experiment": experiment}}}
     head = (f"# NCCL settings chosen by 'exemplar-tune sweep' (experiment {experiment}) on the\n"
-            "# fabric named under measured_on. Merge it into a site profile's fabric section;\n"
+            "# fabric named under measured_on: use it as --profile, or copy its fabric section;\n"
             "# the fabric.nccl-measured-here check warns on hosts whose fabric differs.\n")
     return head + yaml.safe_dump(doc, sort_keys=False)
