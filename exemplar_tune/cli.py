@@ -244,7 +244,8 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
                          description="The measured loop over every layer in preflight order.",
                          epilog=TUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd)
-    cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml")
+    cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml",
+                     help="the workload shapes to measure (benchmark file: command, parser)")
     cmd.add_argument("--profile", default=AUTO, metavar="NAME|FILE", help=PROFILE_HELP)
     cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
                      help="only these layers (repeatable)")
@@ -340,12 +341,17 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("history", help="past experiments from the ledger")
-    cmd.add_argument("--limit", type=int, default=20)
+    cmd = sub.add_parser("history", help="past experiments from the ledger",
+                         description="The newest experiments in the ledger (tune, apply, "
+                         "sweep), one per line: id, kind, status, start, profile.")
+    cmd.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.add_argument("--ledger", type=Path)
     cmd.set_defaults(func=cmd_history)
-    show = sub.add_parser("show", help="one experiment: layers, samples, decisions")
+    show = sub.add_parser("show", help="one experiment: layers, samples, decisions",
+                          description="One experiment as the ledger holds it: its layers and "
+                          "their status, the hosts changed, every benchmark run, the decisions "
+                          "and the events. 'latest' is the newest experiment.")
     show.add_argument("experiment", metavar="EXPERIMENT|latest")
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.add_argument("--ledger", type=Path)
@@ -360,6 +366,17 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
     report.set_defaults(func=cmd_report)
 
 
+RESTORE_EPILOG = """examples:
+  exemplar-tune rollback --run latest                   the newest experiment, every layer
+  exemplar-tune restore --run 20261202T141901-8d17      one experiment or apply run by id
+  exemplar-tune restore --run EXP -i hosts.yml --limit node07   one host that came back
+
+Each host's journal holds the exact previous bytes, owner, group and mode of what changed;
+side effects (bootloader rebuilds, daemon reloads) are undone too. Hosts whose journal is
+already restored are left alone; a host the ledger saw change whose journal is missing fails.
+"""
+
+
 def _add_restore(sub: argparse._SubParsersAction) -> None:
     """``restore`` and its synonym ``rollback`` (the word used for a killed experiment)."""
     for name, summary in (("restore", "put back what a run changed"),
@@ -367,7 +384,7 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
         cmd = sub.add_parser(name, help=summary,
                              description="Restore every host a run touched (also one whose "
                              "controller died), newest change first, from the host journals.",
-                             epilog=APPLY_EPILOG,
+                             epilog=RESTORE_EPILOG,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         _add_change_target(cmd)
         cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
@@ -403,9 +420,12 @@ def _add_change_target(cmd: argparse.ArgumentParser) -> None:
     target.add_argument("--sysroot", metavar="DIR",
                         help="work inside DIR (a directory mirroring /) as a one-host inventory")
     target.add_argument("-i", "--inventory", metavar="INVENTORY", help="Ansible inventory")
-    cmd.add_argument("--limit", metavar="PATTERN")
-    cmd.add_argument("--forks", type=int, default=10, metavar="N")
-    cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS")
+    cmd.add_argument("--limit", metavar="PATTERN",
+                     help="only these inventory hosts (an Ansible pattern: node0[1:4], !node07)")
+    cmd.add_argument("--forks", type=int, default=10, metavar="N",
+                     help="hosts worked on at once (default 10)")
+    cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
+                     help="give up on an Ansible run after this long (default 1800)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
 
 
@@ -546,6 +566,7 @@ def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
         for f in doc["findings"]:
             lines.append(f"  {f['status']:<4}  {f['check_id']}: {f['message']}")
             lines += [f"        evidence {e}" for e in f["evidence"]]
+    lines += [f"== warning: {w}" for w in (comparison or {}).get("warnings", [])]
     for coll in (comparison or {}).get("collectives", []):
         lines.append(f"== {coll['collective']}: busbw ratio (geometric mean) "
                      f"{coll['geomean_ratio']}")

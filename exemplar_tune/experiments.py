@@ -15,7 +15,7 @@ from exemplar_tune.benchmark import load_benchmarks
 from exemplar_tune.checks.workload import DEFAULT_GATE, performance_ratio
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
-from exemplar_tune.ledger import LAYER_DONE, Ledger
+from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
 from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
 from exemplar_tune.remediate import (
@@ -137,7 +137,8 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
         summary.update(gap_summary(doc, profile, loop.final_values() if specs else {}))
     ledger.set_summary(experiment, summary)
     ledger.finish(experiment, "failed" if failed or stopped else "finished")
-    _print_outcomes(experiment, outcomes, summary)
+    _print_outcomes(outcomes, summary)
+    print(details_hint(experiment, args.ledger))
     return EXIT_FINDINGS if failed or stopped else EXIT_OK
 
 
@@ -171,7 +172,7 @@ def gap_summary(doc: dict[str, Any], profile: dict[str, Any], after: dict[str, f
             "passed": all(r >= gate for r in ratios) if ratios else None}
 
 
-def _print_outcomes(experiment: str, outcomes: list[Any], summary: dict[str, Any]) -> None:
+def _print_outcomes(outcomes: list[Any], summary: dict[str, Any]) -> None:
     for outcome in outcomes:
         print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {outcome.reason}")
         for c in outcome.comparisons:
@@ -181,7 +182,13 @@ def _print_outcomes(experiment: str, outcomes: list[Any], summary: dict[str, Any
         for host, why in outcome.excluded.items():
             print(f"           excluded {host}: {why}")
     print_gap(summary)
-    print(f"details: exemplar-tune show {experiment}; exemplar-tune report {experiment}")
+
+
+def details_hint(experiment: str, ledger: Path | None) -> str:
+    """The commands that show an experiment, naming a ledger other than the default."""
+    where = f" --ledger {ledger}" if ledger else ""
+    return (f"details: exemplar-tune show {experiment}{where}; exemplar-tune report "
+            f"{experiment}{where}")
 
 
 def print_gap(summary: dict[str, Any]) -> None:
@@ -224,7 +231,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     The interrupted layer is restored from its journals and measured again; layers already
     decided keep their decision; the remaining layers follow.
     """
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, create=False) as ledger:
         experiment = _resumable(ledger, args.run)
         doc = ledger.show(experiment)
         options, target = doc["experiment"]["options"], doc["experiment"]["target"]
@@ -280,20 +287,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """``exemplar-tune history``."""
-    with Ledger(args.ledger) as ledger:
-        rows = ledger.history(args.limit)
+    try:
+        with Ledger(args.ledger, create=False) as ledger:
+            rows = ledger.history(args.limit)
+    except NoLedger:
+        rows = []
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
         return EXIT_OK
+    if not rows:
+        print("no experiments recorded yet (tune, apply and sweep record theirs)")
+        return EXIT_OK
+    print(f"{'experiment':<21} {'kind':<5} {'status':<11} {'started (UTC)':<27} profile")
     for row in rows:
-        print(f"{row['id']}  {row['kind']:<5} {row['status']:<11} {row['started_at']}  "
-              f"profile {row['profile_name']}")
+        print(f"{row['id']:<21} {row['kind']:<5} {row['status']:<11} {row['started_at']:<27} "
+              f"{row['profile_name']}")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     """``exemplar-tune show RUN``."""
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, create=False) as ledger:
         doc = ledger.show(args.experiment)
     if args.format == "json":
         print(json.dumps(doc, indent=2, default=str))
@@ -309,7 +323,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``exemplar-tune report RUN|latest``: Markdown or a self-contained HTML page."""
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, create=False) as ledger:
         doc = ledger.show(args.experiment)
     if doc["experiment"]["kind"] == "sweep":
         text = sweep_report.html_page(doc) if args.format == "html" else \

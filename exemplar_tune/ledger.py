@@ -172,6 +172,10 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _T = TypeVar("_T")
 
 
+class NoLedger(UserError):
+    """A command that only reads the ledger was pointed at a file that does not exist."""
+
+
 def default_path() -> Path:
     """``<state_dir>/ledger.sqlite3``."""
     return state_dir() / "ledger.sqlite3"
@@ -244,8 +248,11 @@ class Ledger:
     arm ...) and duplicate records are programming errors and raise ``ValueError``.
     """
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_path()
+        if not create and not self.path.exists():
+            raise NoLedger(f"no ledger at {self.path}: nothing has been recorded there (tune, "
+                           "apply and sweep write it; --ledger names another)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_file() and self.path.stat().st_size == 0:
             raise UserError(f"{self.path}: the ledger is empty (0 bytes): if it held "

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "ok", "skip": "skip"}
+SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
 COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
 RESET = "\033[0m"
 

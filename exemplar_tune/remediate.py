@@ -208,7 +208,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     A host the ledger saw change a layer must still have that layer's journal (a missing one
     fails that host); the others may have none.
     """
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, create=False) as ledger:
         doc = ledger.show(_latest_with_changes(ledger) if args.run == "latest" else args.run)
         exp = doc["experiment"]
         _refuse_live_controller(ledger, exp)
@@ -233,7 +233,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def cmd_abandon(args: argparse.Namespace) -> int:
     """``exemplar-tune abandon --run ID``: mark an unfinished experiment failed, after asking."""
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, create=False) as ledger:
         exp = ledger.show(args.run)["experiment"]
         if exp["status"] in ("finished", "rolled_back"):
             raise UserError(f"experiment {exp['id']} is {exp['status']}: nothing to abandon")

@@ -32,7 +32,7 @@ from exemplar_tune import reaper
 from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, load_benchmarks
 from exemplar_tune.checks.fabric import fabric_identity
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError, crash_report
-from exemplar_tune.experiments import gap_summary, print_gap
+from exemplar_tune.experiments import details_hint, gap_summary, print_gap
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
@@ -385,8 +385,7 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         print_gap(v["gap"])
     if args.write_profile:
         print(f"wrote {args.write_profile}")
-    print(f"details: exemplar-tune show {doc['experiment']}; exemplar-tune report "
-          f"{doc['experiment']}")
+    print(details_hint(doc["experiment"], args.ledger))
 
 
 def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],

@@ -158,3 +158,27 @@ def test_diagnose_unrecognised_and_bad_compare_are_exit_2(tmp_path):
     assert out.returncode == 2 and "not a recognised format" in out.stderr
     out = cli("diagnose", str(SAMPLES / "perf_top_arm_smmu_cmdq_issue_cmdlist.txt"), "--compare")
     assert out.returncode == 2 and "exactly two nccl-tests files" in out.stderr
+
+
+def test_reading_commands_never_create_a_ledger(tmp_path):
+    """show/report/rollback on a ledger path that does not exist: one line, no file made;
+    history: nothing recorded yet, no file made."""
+    missing = tmp_path / "new.sqlite3"
+    for argv in (["show", "latest"], ["report", "latest"], ["rollback", "--run", "latest"]):
+        out = cli(*argv, "--ledger", str(missing))
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == (f"exemplar-tune: error: no ledger at {missing}: nothing "
+                                      "has been recorded there (tune, apply and sweep write "
+                                      "it; --ledger names another)")
+    history = cli("history", "--ledger", str(missing))
+    assert history.returncode == 0 and history.stdout.startswith("no experiments recorded yet")
+    assert json.loads(cli("history", "--ledger", str(missing), "--format", "json").stdout) == []
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_help_teaches_each_command():
+    restore = cli("restore", "--help").stdout
+    assert "exemplar-tune rollback --run latest" in restore and "--bench" not in restore
+    assert "an Ansible pattern" in cli("audit", "--help").stdout
+    assert "The newest experiments in the ledger" in cli("history", "--help").stdout
+    assert "the workload shapes to measure" in cli("tune", "--help").stdout

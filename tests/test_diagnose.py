@@ -384,6 +384,9 @@ def test_compare_nccl_tests():
 def test_compare_nccl_tests_different_collectives():
     cmp = compare_nccl_tests(diagnose(GB300), diagnose(A3MEGA))
     assert cmp["collectives"][0]["collective"] == "all_gather vs all_reduce"
+    assert cmp["warnings"] == ["different collectives (all_gather vs all_reduce): their bus "
+                               "bandwidths are not a like-for-like comparison"]
+    assert compare_nccl_tests(diagnose(A3MEGA), diagnose(A3MEGA))["warnings"] == []
 
 
 def test_nccl_tests_header_without_rows():

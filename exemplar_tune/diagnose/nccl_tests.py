@@ -176,14 +176,22 @@ def compare_nccl_tests(report_a: Report, report_b: Report) -> dict[str, Any]:
     """busbw of run B over run A per common size, per collective, with the geometric mean.
 
     Sizes where either run shows 0 GB/s (rounded small messages) are left out of the mean.
+    Two runs of one collective each but different ones are compared with a warning; runs
+    with no collective in common are not compared (a warning says so).
     """
     tests_a = {t["collective"]: t for t in report_a.summary["tests"]}
     tests_b = {t["collective"]: t for t in report_b.summary["tests"]}
     pairs = [(c, tests_a[c], tests_b[c]) for c in tests_a if c in tests_b]
+    warnings = []
     if not pairs and len(tests_a) == len(tests_b) == 1:
         pairs = [(f"{c_a} vs {c_b}", tests_a[c_a], tests_b[c_b])
                  for c_a, c_b in zip(tests_a, tests_b, strict=True)]
-    return {"a": report_a.source, "b": report_b.source,
+        warnings.append(f"different collectives ({pairs[0][0]}): their bus bandwidths are "
+                        "not a like-for-like comparison")
+    elif not pairs:
+        warnings.append(f"no collective in common ({', '.join(tests_a) or 'none'} vs "
+                        f"{', '.join(tests_b) or 'none'}): nothing compared")
+    return {"a": report_a.source, "b": report_b.source, "warnings": warnings,
             "collectives": [_compare_one(c, a, b) for c, a, b in pairs]}
 
 
