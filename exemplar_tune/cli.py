@@ -55,6 +55,7 @@ from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches, shipped_profiles
+from exemplar_tune.prometheus import preflight_text, write_atomically
 from exemplar_tune.remediate import cmd_abandon, cmd_apply, cmd_audit, cmd_restore
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.sim.commands import add_sim_parsers
@@ -178,8 +179,10 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--results", type=Path, metavar="FILE.json",
                      help='benchmark results for the workload layer: {"SHAPE": {"value": N, '
                      '"unit": "s/step"}}')
-    cmd.add_argument("--format", choices=("table", "json", "markdown", "html"), default="table")
-    cmd.add_argument("--output", type=Path, metavar="FILE", help="write the report to FILE")
+    cmd.add_argument("--format", choices=("table", "json", "markdown", "html", "prometheus"),
+                     default="table", help="prometheus: node_exporter's textfile format")
+    cmd.add_argument("--output", type=Path, metavar="FILE",
+                     help="write the report to FILE (prometheus: replaced in one rename)")
     cmd.add_argument("--details", action="store_true",
                      help="fleet table: also list every host's checks")
     cmd.set_defaults(func=cmd_preflight)
@@ -408,14 +411,17 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
                          description="Compare hosts with the profile's targets, knob by knob, "
                          "without changing anything. Exit 1 on drift.",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_change_target(cmd)
+    _add_change_target(cmd, ("table", "json", "prometheus"))
+    cmd.add_argument("--output", type=Path, metavar="FILE",
+                     help="prometheus: write the metrics to FILE, replaced in one rename")
     cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
                      help=f"only these layers (repeatable): {', '.join(ROLE_LAYERS)}")
     cmd.add_argument("--profile", default=AUTO, metavar="NAME|FILE", help=PROFILE_HELP)
     cmd.set_defaults(func=cmd_audit)
 
 
-def _add_change_target(cmd: argparse.ArgumentParser) -> None:
+def _add_change_target(cmd: argparse.ArgumentParser,
+                       formats: tuple[str, ...] = ("table", "json")) -> None:
     target = cmd.add_mutually_exclusive_group()
     target.add_argument("--sysroot", metavar="DIR",
                         help="work inside DIR (a directory mirroring /) as a one-host inventory")
@@ -426,7 +432,7 @@ def _add_change_target(cmd: argparse.ArgumentParser) -> None:
                      help="hosts worked on at once (default 10)")
     cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
                      help="give up on an Ansible run after this long (default 1800)")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=formats, default="table")
 
 
 def _add_diagnose(sub: argparse._SubParsersAction) -> None:
@@ -529,9 +535,13 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
     stream_colour = args.output is None and use_colour()
     text = {"json": lambda: json.dumps(doc, indent=2), "markdown": lambda: markdown(doc),
             "html": lambda: html_report(doc),
-            "table": lambda: table(doc, stream_colour, args.details)}[args.format]()
+            "table": lambda: table(doc, stream_colour, args.details),
+            "prometheus": lambda: preflight_text(doc)}[args.format]()
     if args.output is None:
-        print(text)
+        print(text, end="" if text.endswith("\n") else "\n")
+        return
+    if args.format == "prometheus":
+        write_atomically(args.output, text)
         return
     try:
         args.output.write_text(text + ("" if text.endswith("\n") else "\n"))

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
+
 from exemplar_tune import reaper
 from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.collection import collection_root
@@ -25,6 +27,7 @@ from exemplar_tune.inventory import check_source, host_identities
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.lock import hold_hosts
 from exemplar_tune.profile import profile_vars
+from exemplar_tune.prometheus import audit_text, write_atomically
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce, graceful_stop
 from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
@@ -318,7 +321,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
                              f"{_short(change['before'])} -> {_short(change['after'])}")
     lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
     lines += [f"  {host}: FAILED: {why}" for host, why in doc["failed"].items()]
-    _emit(args, doc, lines)
+    if args.format == "prometheus":
+        text = audit_text(doc, args.layer or list(ROLE_LAYERS))
+        if args.output:
+            write_atomically(args.output, text)
+        else:
+            print(text, end="")
+    else:
+        _emit(args, doc, lines)
     drift = bool(doc["drift"]) or result["failed"] or result["unreachable"]
     return EXIT_FINDINGS if drift else EXIT_OK
 

@@ -1,0 +1,75 @@
+"""Preflight and audit as node_exporter textfile metrics, read back by the official parser."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exemplar_tune.prometheus import STATUS_VALUE, audit_text, preflight_text
+from tests.conftest import SYSROOTS
+from tests.test_cli import cli
+
+
+def families(text: str) -> dict[str, list]:
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_preflight_metrics_match_the_json_result(tmp_path: Path) -> None:
+    host = str(SYSROOTS / "h100-x86")
+    doc = json.loads(cli("preflight", "--sysroot", host, "--profile", "h100-x86", "--format",
+                         "json").stdout)
+    out = tmp_path / "exemplar.prom"
+    written = cli("preflight", "--sysroot", host, "--profile", "h100-x86", "--format",
+                  "prometheus", "--output", str(out))
+    assert written.returncode == 1 and written.stdout == ""  # findings: exit 1, file written
+    found = families(out.read_text())
+    statuses = {s.labels["check"]: s.value for s in found["exemplar_tune_check_status"]}
+    want = {r["id"]: STATUS_VALUE[r["status"]] for r in doc["hosts"]["h100-x86"]["results"]
+            if r["status"] in STATUS_VALUE}
+    assert statuses == want and 2 in statuses.values()
+    sample = found["exemplar_tune_check_status"][0]
+    assert set(sample.labels) == {"host", "layer", "check", "severity"}
+    (info,) = found["exemplar_tune_run_info"]
+    assert info.labels["command"] == "preflight" and info.labels["profile"] == "h100-x86"
+    assert found["exemplar_tune_run_timestamp_seconds"][0].value > 1.7e9
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir()] == ["exemplar.prom"]  # no temp file left
+
+
+def test_labels_are_escaped_and_unreachable_hosts_listed() -> None:
+    doc = {"profile": 'site "a"\nb', "unreachable": {"gpu\\7": "timeout"},
+           "hosts": {'n"1': {"results": [{"id": "cpu.turbo", "layer": "cpu", "status": "warn",
+                                          "severity": "low"},
+                                         {"id": "cpu.governor", "layer": "cpu",
+                                          "status": "skip", "severity": "low"}]}}}
+    found = families(preflight_text(doc, now=1.0))
+    (check,) = found["exemplar_tune_check_status"]
+    assert check.labels["host"] == 'n"1' and check.value == 1
+    assert found["exemplar_tune_run_info"][0].labels["profile"] == 'site "a"\nb'
+    assert found["exemplar_tune_host_unreachable"][0].labels == {"host": "gpu\\7"}
+
+
+def test_audit_lists_every_knob_of_the_audited_layers() -> None:
+    doc = {"profile": "h100-x86", "unreachable": {}, "failed": {"n3": "module failed"},
+           "hosts": {"n1": {"changed": [{"layer": "cpu", "knob": "governor"}]},
+                     "n2": {"changed": []}}}
+    found = families(audit_text(doc, ["cpu", "fabric"]))
+    drift = {(s.labels["host"], s.labels["knob"]): s.value
+             for s in found["exemplar_tune_knob_drift"]}
+    assert drift[("n1", "cpu.governor")] == 1 and drift[("n2", "cpu.governor")] == 0
+    assert drift[("n1", "fabric.nccl_conf")] == 0
+    assert sum(drift.values()) == 1
+    assert {host for host, _ in drift} == {"n1", "n2"}
+    assert found["exemplar_tune_host_unreachable"][0].labels == {"host": "n3"}
+
+
+def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "exemplar.prom"
+    out = cli("preflight", "--sysroot", str(SYSROOTS / "h100-x86"), "--profile", "h100-x86",
+              "--format", "prometheus", "--output", str(target))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "No such file or directory" in out.stderr
+    assert not os.path.exists(target.parent)
