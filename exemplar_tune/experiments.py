@@ -231,7 +231,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     The interrupted layer is restored from its journals and measured again; layers already
     decided keep their decision; the remaining layers follow.
     """
-    with Ledger(args.ledger, create=False) as ledger:
+    try:
+        ledger = Ledger(args.ledger, create=False)
+    except NoLedger as exc:
+        raise UserError(f"no interrupted experiment to resume ({exc})") from None
+    with ledger:
         experiment = _resumable(ledger, args.run)
         doc = ledger.show(experiment)
         options, target = doc["experiment"]["options"], doc["experiment"]["target"]

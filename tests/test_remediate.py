@@ -75,7 +75,7 @@ def test_check_apply_audit_restore_round_trip(tmp_path, state):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["restore", "--run", "nope"], "no experiment 'nope'"),
+    (["restore", "--run", "nope"], "no ledger at "),
     (["apply", "--layer", "workload"], "invalid choice: 'workload'"),
     (["apply", "--layer", "fabric", "--profile", "missing-profile"], "not found"),
 ])
