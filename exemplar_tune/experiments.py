@@ -234,7 +234,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         ledger = Ledger(args.ledger, create=False)
     except NoLedger as exc:
-        raise UserError(f"no interrupted experiment to resume ({exc})") from None
+        what = f"no experiment {args.run!r}" if args.run else "no interrupted experiment"
+        raise UserError(f"{what} to resume ({exc})") from None
     with ledger:
         experiment = _resumable(ledger, args.run)
         doc = ledger.show(experiment)
