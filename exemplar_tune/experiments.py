@@ -191,6 +191,26 @@ def details_hint(experiment: str, ledger: Path | None) -> str:
             f"{experiment}{where}")
 
 
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min`` or ``2.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def past_run_seconds(ledger_path: Path | None, shapes: list[str]) -> float | None:
+    """Median seconds of one run of every shape, from the ledger's past samples; ``None``
+    without a ledger or without runs of every shape."""
+    path = Path(ledger_path) if ledger_path else state_dir() / "ledger.sqlite3"
+    if not path.is_file():
+        return None
+    with Ledger(path, create=False) as ledger:
+        seconds = ledger.sample_seconds(shapes)
+    if any(shape not in seconds for shape in shapes):
+        return None
+    return sum(statistics.median(v) for v in seconds.values())
+
+
 def print_gap(summary: dict[str, Any]) -> None:
     """Each shape before and after against the profile's reference, and the gate."""
     for shape, entry in summary.get("shapes", {}).items():
@@ -219,9 +239,15 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
     names = ", ".join(s.name for s in specs)
     canary = f"; first on {args.canary} canary host(s)" if args.canary else ""
     per_layer = max(block_runs(args.min_runs), args.max_runs) + args.max_runs
+    runs = per_layer * changing + block_runs(args.min_runs)
     print(f"  benchmarks: {names}; per changed layer {args.min_runs}-{args.max_runs} runs per "
           f"arm{canary}; at most {per_layer * len(specs) * changing} benchmark runs "
           f"in all, plus {block_runs(args.min_runs) * len(specs)} for the final measurement")
+    worst = runs * sum(s.timeout for s in specs) / 3600
+    past = past_run_seconds(args.ledger, [s.name for s in specs])
+    typical = (f"; about {duration(runs * past)} at most from past runs in the ledger"
+               if past else "")
+    print(f"  time: at most {worst:.1f} h by the benchmark timeouts{typical}")
     return EXIT_OK
 
 

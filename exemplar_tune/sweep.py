@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,13 @@ from exemplar_tune import reaper
 from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, load_benchmarks
 from exemplar_tune.checks.fabric import fabric_identity
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError, crash_report
-from exemplar_tune.experiments import details_hint, gap_summary, print_gap
+from exemplar_tune.experiments import (
+    details_hint,
+    duration,
+    gap_summary,
+    past_run_seconds,
+    print_gap,
+)
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
@@ -403,8 +408,8 @@ def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
             print(f"  then {knob.name}: {', '.join(knob.values)} on top of the winner")
     for note in notes:
         print(f"  sizes: {note}")
-    past = _past_seconds(args, shapes)
-    typical = (f"; about {past * arms * args.max_rounds / 60:.0f} min at most from past runs "
+    past = past_run_seconds(args.ledger, [s.name for s in shapes])
+    typical = (f"; about {duration(past * arms * args.max_rounds)} at most from past runs "
                "in the ledger" if past else "")
     print(f"  budget: {arms} arms x {args.min_rounds}-{args.max_rounds} rounds x {len(shapes)} "
           f"shape(s): at most {most} benchmark runs (worst case {timeout_h:.1f} h by the "
@@ -412,18 +417,6 @@ def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
     if args.validate:
         print(f"  then the winner is validated on {args.validate} by the keep rule of tune")
     return EXIT_OK
-
-
-def _past_seconds(args: argparse.Namespace, shapes: list[BenchmarkSpec]) -> float | None:
-    """Median seconds of one run of every shape, from the ledger's past samples."""
-    path = args.ledger or (state_dir() / "ledger.sqlite3")
-    if not Path(path).is_file():
-        return None
-    with Ledger(path) as ledger:
-        seconds = ledger.sample_seconds([s.name for s in shapes])
-    if not seconds or any(s not in seconds for s in (x.name for x in shapes)):
-        return None
-    return sum(statistics.median(v) for v in seconds.values())
 
 
 def _progress(title: str, selection: ArmSelection, result: Selection) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -78,6 +79,10 @@ def test_a_helpful_layer_is_kept(setup):
     assert decision["comparisons"][0]["confidence"] == 0.95
     arms = {s["arm"] for s in doc["samples"]}
     assert arms == {"baseline", "candidate"}
+    plan = cli("tune", "--sysroot", str(host), "--profile", str(tmp_path / "profile.yaml"),
+               "--bench", str(tmp_path / "bench.yaml"), "--layer", "fabric", "--dry-run")
+    assert re.search(r"; about \d+ s at most from past runs in the ledger", plan.stdout), \
+        plan.stdout
 
     page = tmp_path / "report.html"
     out = cli("report", "latest", "--format", "html", "--output", str(page))
@@ -131,6 +136,8 @@ def test_dry_run_changes_nothing(setup):
     assert "fabric: node01 (nccl_conf)" in out.stdout
     # one shape, one changing layer: 10 + 10 runs at most (a reboot layer: 3 + 10), 3 final
     assert "at most 20 benchmark runs in all, plus 3 for the final measurement" in out.stdout
+    timeout = yaml.safe_load(bench.read_text())["shapes"][0].get("timeout", 3600)
+    assert f"time: at most {23 * timeout / 3600:.1f} h by the benchmark timeouts" in out.stdout
     assert tree_hash(host) == before
 
 
