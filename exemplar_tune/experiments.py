@@ -63,18 +63,25 @@ def add_loop_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
 
 
+def check_measuring(canary: int, confidence: float, bounds: tuple[int, int], unit: str) -> None:
+    """One-line errors for the options every measured command shares (``unit``: runs or
+    rounds, the ``--min-UNIT``/``--max-UNIT`` pair)."""
+    if canary < 0:
+        raise UserError(f"--canary {canary}: a number of hosts, 0 for none")
+    if not 0 < confidence < 1:
+        raise UserError(f"--confidence {confidence}: a fraction between 0 and 1, e.g. 0.9")
+    low, high = bounds
+    if not 2 <= low <= high:
+        raise UserError(f"--min-{unit} {low} --max-{unit} {high}: need 2 <= min-{unit} <= "
+                        f"max-{unit}")
+
+
 def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> int:
     """Walk ``layers`` in preflight order through the measured loop; print the summary."""
-    if args.canary < 0:
-        raise UserError(f"--canary {args.canary}: a number of hosts, 0 for none")
+    check_measuring(args.canary, args.confidence, (args.min_runs, args.max_runs), "runs")
     if not 0 <= args.min_effect < 1:
         raise UserError(f"--min-effect {args.min_effect}: a fraction from 0 to below 1, e.g. "
                         "0.01 for 1 %")
-    if not 0 < args.confidence < 1:
-        raise UserError(f"--confidence {args.confidence}: a fraction between 0 and 1, e.g. 0.9")
-    if not 2 <= args.min_runs <= args.max_runs:
-        raise UserError(f"--min-runs {args.min_runs} --max-runs {args.max_runs}: need "
-                        "2 <= min-runs <= max-runs")
     if args.profile == AUTO:
         hosts, _missing = collect_facts(args.sysroot, _runner(args), ["vm"])
         args.profile = profile_for_arches({(f.get("vm") or {}).get("arch")

@@ -32,6 +32,7 @@ from exemplar_tune.benchmark import BenchmarkFailed, BenchmarkSpec, load_benchma
 from exemplar_tune.checks.fabric import fabric_identity
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError, crash_report
 from exemplar_tune.experiments import (
+    check_measuring,
     details_hint,
     duration,
     gap_summary,
@@ -85,19 +86,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     names = [k.name for k in knobs]
     if len(set(names)) != len(names):
         raise UserError("--knob: each setting once (give all its values in one --knob)")
-    _check_options(args)
-    args.profile = _profile_name(args)
-    profile = load_profile(args.profile)
+    check_measuring(args.canary, args.confidence, (args.min_rounds, args.max_rounds), "rounds")
+    profile = None if args.profile == AUTO else load_profile(args.profile)
     shapes = nccl_shapes(load_benchmarks(args.bench), str(args.bench))
     notes: list[str] = []
     if args.sizes_from:
         sizes = sizes_from_log(read_input(args.sizes_from, "--sizes-from"), str(args.sizes_from))
         shapes, notes = with_sizes(shapes, sizes)
     validate = load_benchmarks(args.validate) if args.validate else []
-    hosts_facts, missing = collect_facts(args.sysroot, _runner(args), ["fabric"])
+    hosts_facts, missing = collect_facts(args.sysroot, _runner(args), ["vm", "fabric"])
     if missing:
         raise UserError("hosts unreachable while reading their fabric: "
                         + ", ".join(f"{h} ({why})" for h, why in sorted(missing.items())))
+    if profile is None:
+        args.profile = profile_for_arches({(f.get("vm") or {}).get("arch")
+                                           for f in hosts_facts.values()})
+        profile = load_profile(args.profile)
     current = current_values(hosts_facts, names)
     identity = _one_identity(hosts_facts)
     plan = steps(knobs, current, args.grid)
@@ -121,23 +125,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sweep = Sweep(args, profile, shapes, ledger, experiment)
             results = sweep.run(knobs, plan, current)
             return _finish(args, sweep, results, current, identity, validate)
-
-
-def _check_options(args: argparse.Namespace) -> None:
-    if args.canary < 0:
-        raise UserError(f"--canary {args.canary}: a number of hosts, 0 for none")
-    if not 0 < args.confidence < 1:
-        raise UserError(f"--confidence {args.confidence}: a fraction between 0 and 1, e.g. 0.9")
-    if not 2 <= args.min_rounds <= args.max_rounds:
-        raise UserError(f"--min-rounds {args.min_rounds} --max-rounds {args.max_rounds}: need "
-                        "2 <= min-rounds <= max-rounds")
-
-
-def _profile_name(args: argparse.Namespace) -> str:
-    if args.profile != AUTO:
-        return args.profile
-    hosts, _missing = collect_facts(args.sysroot, _runner(args), ["vm"])
-    return profile_for_arches({(f.get("vm") or {}).get("arch") for f in hosts.values()})
 
 
 def _one_identity(hosts_facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
