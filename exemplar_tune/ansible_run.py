@@ -26,6 +26,8 @@ import psutil
 
 from exemplar_tune import reaper
 from exemplar_tune.collection import link_collection
+from exemplar_tune.errors import UserError
+from exemplar_tune.hostlist import ansible_limit
 
 LOG = logging.getLogger(__name__)
 RUN_DIR_PREFIX = "exemplar-run-"  # + the controller's pid: stale ones are found and removed
@@ -88,7 +90,11 @@ class AnsibleRun:
         if isinstance(inventory, str) and os.path.exists(inventory):
             inventory = os.path.abspath(inventory)
         self.inventory = inventory
-        self.limit, self.forks, self.timeout = limit, forks, timeout
+        try:
+            self.limit = ansible_limit(limit)
+        except ValueError as exc:
+            raise UserError(f"--limit: {exc}") from None
+        self.forks, self.timeout = forks, timeout
         self.check, self.diff = check, diff
 
     def limited(self, limit: str) -> AnsibleRun:

@@ -98,9 +98,24 @@ PREFLIGHT_EPILOG = """examples:
 Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
 (pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
 risk and the fix (the role knob, or the manual BIOS/hypervisor action). With several hosts the
-table groups hosts by failing check; --details adds every host's checks.
+table prints one line per failing or warning check and finding, the hosts with that finding
+folded into a hostlist (gpu[001-112,115]), failing first, then by severity and host count;
+--details adds every host's checks. JSON keeps every host's results.
 
 exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 usage/input error.
+"""
+
+
+AUDIT_EPILOG = """examples:
+  exemplar-tune audit -i hosts.yml --profile h100-x86
+  exemplar-tune audit -i hosts.yml --layer cpu --diff        every changed file in full
+  exemplar-tune audit -i hosts.yml --format json > drift.json
+  exemplar-tune audit -i hosts.yml --format prometheus --output /var/lib/node_exporter/exemplar.prom
+
+One line per knob and change, the hosts with the same change folded into a hostlist
+(gpu[001-112,115]), most hosts first, with the lines that would change; --details adds a line
+per host, --diff shows unified diffs. Unreachable and failed hosts are folded by reason.
+exit codes: 0 no drift, 1 drift or a host failed or was unreachable, 2 usage/input error.
 """
 
 
@@ -409,9 +424,13 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
 def _add_audit(sub: argparse._SubParsersAction) -> None:
     cmd = sub.add_parser("audit", help="drift report: the roles in check mode with diff",
                          description="Compare hosts with the profile's targets, knob by knob, "
-                         "without changing anything. Exit 1 on drift.",
+                         "without changing anything. Exit 1 on drift.", epilog=AUDIT_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_change_target(cmd, ("table", "json", "prometheus"))
+    cmd.add_argument("--diff", action="store_true",
+                     help="table format: every changed file as a full unified diff")
+    cmd.add_argument("--details", action="store_true",
+                     help="table format: add one line per host (sorted) naming its drift")
     cmd.add_argument("--output", type=Path, metavar="FILE",
                      help="prometheus: write the metrics to FILE, replaced in one rename")
     cmd.add_argument("--layer", action="append", choices=ROLE_LAYERS, metavar="LAYER",
@@ -427,7 +446,8 @@ def _add_change_target(cmd: argparse.ArgumentParser,
                         help="work inside DIR (a directory mirroring /) as a one-host inventory")
     target.add_argument("-i", "--inventory", metavar="INVENTORY", help="Ansible inventory")
     cmd.add_argument("--limit", metavar="PATTERN",
-                     help="only these inventory hosts (an Ansible pattern: node0[1:4], !node07)")
+                     help="only these inventory hosts: an Ansible pattern or a hostlist "
+                     "('node[01-04],!node03', 'gpu*', 'rack1')")
     cmd.add_argument("--forks", type=int, default=10, metavar="N",
                      help="hosts worked on at once (default 10)")
     cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
@@ -462,7 +482,9 @@ def _add_target_options(cmd: argparse.ArgumentParser) -> None:
                         help="read a captured host: a directory mirroring / or a snapshot archive")
     target.add_argument("-i", "--inventory", metavar="INVENTORY",
                         help="Ansible inventory (file, directory or host list); default: this host")
-    cmd.add_argument("--limit", metavar="PATTERN", help="Ansible host pattern within -i")
+    cmd.add_argument("--limit", metavar="PATTERN",
+                     help="only these hosts of -i: an Ansible pattern or a hostlist "
+                     "('node[01-04],!node03')")
     cmd.add_argument("--forks", type=int, default=10, metavar="N",
                      help="hosts worked on in parallel (default 10)")
     cmd.add_argument("--timeout", type=float, default=600, metavar="SECONDS",

@@ -109,8 +109,12 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
 def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list[dict]:
     """The failing and warning checks before any change: ``[{id, status, count, total}]``."""
     hosts, missing = collect_facts(args.sysroot, _runner(args), None)
-    groups = preflight_hosts(hosts, profile, None, False, missing)["groups"]
-    return [{k: g[k] for k in ("id", "status", "count", "total")} for g in groups]
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for group in preflight_hosts(hosts, profile, None, False, missing)["groups"]:
+        entry = merged.setdefault((group["id"], group["status"]), {
+            "id": group["id"], "status": group["status"], "count": 0, "total": group["total"]})
+        entry["count"] += group["count"]
+    return list(merged.values())
 
 
 def _profile_ref(name_or_path: str) -> str:

@@ -1,20 +1,22 @@
 """``exemplar-tune preflight``: facts -> checks, host by host, in layer order.
 
 The result is one document (see ``schemas/preflight-result.schema.json``): per host the
-check results, the hosts that could not be reached, and the fleet view that groups hosts by
-failing check ("cpu.deep-cstates-disabled: 112/128 hosts").
+check results, the hosts that could not be reached, and the fleet view that folds the hosts
+with the same finding ("FAIL cpu.deep-cstates-disabled 112/128 gpu[001-112]").
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
 from exemplar_tune import __version__
-from exemplar_tune.checks.base import FAIL, STATUSES, WARN
+from exemplar_tune.checks.base import FAIL, SEVERITIES, STATUSES, WARN
 from exemplar_tune.checks.run import run_checks
+from exemplar_tune.hostlist import compress
 
 Facts = dict[str, dict[str, Any]]
 
@@ -43,20 +45,29 @@ def worst(statuses: Any) -> str:
 
 
 def group_by_check(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Failing and warning checks across hosts, in layer order, worst first in a layer."""
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    """Failing and warning checks across hosts, one group per check and finding.
+
+    Hosts whose result is the same (check, status, observed, expected) are folded into one
+    group with their hostlist (``gpu[01-12]``); the groups are sorted failing first, then by
+    the check's severity, then by host count (most first).
+    """
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for host, data in hosts.items():
         for result in data["results"]:
             if result["status"] in (FAIL, WARN):
-                key = (result["id"], result["status"])
+                key = (result["id"], result["status"],
+                       json.dumps([result["observed"], result["expected"]], sort_keys=True))
                 group = groups.setdefault(key, {
-                    "id": result["id"], "layer": result["layer"], "status": result["status"],
-                    "title": result["title"], "fix": result["fix"], "hosts": []})
+                    **{k: result[k] for k in ("id", "layer", "status", "severity", "title",
+                                              "detail", "observed", "expected", "fix")},
+                    "hosts": []})
                 group["hosts"].append(host)
     total = len(hosts)
-    ordered = sorted(groups.values(), key=lambda g: (LAYER_NAMES.index(g["layer"]),
-                                                     STATUSES.index(g["status"])))
-    return [dict(g, count=len(g["hosts"]), total=total) for g in ordered]
+    ordered = sorted(groups.values(), key=lambda g: (
+        STATUSES.index(g["status"]), SEVERITIES.index(g["severity"]), -len(g["hosts"]),
+        LAYER_NAMES.index(g["layer"]), g["id"]))
+    return [dict(g, hosts=sorted(g["hosts"]), hostlist=compress(g["hosts"]),
+                 count=len(g["hosts"]), total=total) for g in ordered]
 
 
 def exit_status(document: dict[str, Any]) -> int:

@@ -6,7 +6,10 @@ import html
 import json
 import os
 import sys
+from collections import Counter
 from typing import Any
+
+from exemplar_tune.hostlist import compress, without_host
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
 COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
@@ -18,31 +21,58 @@ def use_colour(stream: Any = sys.stdout) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ
 
 
-def _value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def finding_text(observed: Any, expected: Any) -> str:
+    """``observed X, expected Y`` in full; for two mappings only the keys that differ."""
+    if isinstance(observed, dict) and isinstance(expected, dict) and set(expected) <= set(observed):
+        differ = [k for k in expected if observed[k] != expected[k]]
+        if differ:
+            return ", ".join(f"{k}: observed {_json(observed[k])}, expected {_json(expected[k])}"
+                             for k in differ)
+    return f"observed {_json(observed)}, expected {_json(expected)}"
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> str:
-    """One line per check, by layer; a fleet view first when there are several hosts."""
+    """The fleet view (one line per check and finding, hosts folded), then with ``details``
+    or a single host each host's checks by layer; unreachable hosts folded by reason."""
     paint = (lambda s, t: f"{COLOUR[s]}{t}{RESET}") if colour else (lambda s, t: t)
-    lines = [f"profile {doc['profile']}; {len(doc['hosts'])} host(s) checked"]
+    counts = Counter(data["status"] for data in doc["hosts"].values())
+    head = f"profile {doc['profile']}; {len(doc['hosts'])} host(s) checked"
+    if len(doc["hosts"]) > 1:
+        head += ": " + ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "pass") if counts[s])
+    lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
     if len(doc["hosts"]) > 1:
         lines += _fleet_lines(doc, paint)
     if len(doc["hosts"]) == 1 or details:
-        for host, data in doc["hosts"].items():
+        for host, data in sorted(doc["hosts"].items()):
             lines.append(f"\n### {host}: {paint(data['status'], data['status'].upper())}")
             lines += _host_lines(data["results"], paint)
-    for host, reason in doc["unreachable"].items():
-        lines.append(f"\n### {host}: UNREACHABLE: {reason}")
+    for reason, hosts in fold_reasons(doc["unreachable"]).items():
+        lines.append(f"\n### {compress(hosts)}: UNREACHABLE: {reason}")
     return "\n".join(lines)
+
+
+def fold_reasons(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """Hosts by the reason given for them, the host's own name in it written ``{host}``."""
+    folded: dict[str, list[str]] = {}
+    for host, reason in sorted(reasons.items()):
+        folded.setdefault(without_host(str(reason), host), []).append(host)
+    return folded
 
 
 def _fleet_lines(doc: dict[str, Any], paint: Any) -> list[str]:
     if not doc["groups"]:
-        return ["no failing or warning check on any host"]
-    return [f"  {paint(g['status'], SYMBOL[g['status']]):<4}  {g['id']}: {g['count']}/"
-            f"{g['total']} hosts  ({g['title']})" for g in doc["groups"]]
+        return ["  no failing or warning check on any host"]
+    lines = []
+    for g in doc["groups"]:
+        lines.append(f"  {paint(g['status'], SYMBOL[g['status']]):<4}  {g['id']}  "
+                     f"{g['count']}/{g['total']} hosts  {g['hostlist']}")
+        lines.append(f"        {g['detail']}")
+        lines.append(f"        {finding_text(g['observed'], g['expected'])}")
+    return lines
 
 
 def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
@@ -53,8 +83,7 @@ def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
             lines.append(f"== {layer}")
         lines.append(f"  {paint(r['status'], SYMBOL[r['status']]):<4}  {r['id']}: {r['detail']}")
         if r["status"] in ("fail", "warn"):
-            lines.append(f"        observed {_value(r['observed'])}, expected "
-                         f"{_value(r['expected'])}")
+            lines.append(f"        {finding_text(r['observed'], r['expected'])}")
             lines += [f"        evidence {e}" for e in r["evidence"]]
             lines.append(f"        risk: {r['risk']}")
             knob = f" [knob {r['knob']}]" if r["knob"] else ""

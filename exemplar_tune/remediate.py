@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import os
 import socket
@@ -21,6 +20,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_L
 
 from exemplar_tune import reaper
 from exemplar_tune.ansible_run import AnsibleRun, RunOutcome, local_inventory
+from exemplar_tune.change_report import apply_lines, audit_lines, group_drift
 from exemplar_tune.collection import collection_root
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.inventory import check_source, host_identities
@@ -146,17 +146,6 @@ def host_records(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return records
 
 
-def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Knobs that drift, grouped across hosts: ``{layer, knob, hosts, count, total}``."""
-    groups: dict[tuple[str, str], set[str]] = {}
-    for host, data in hosts.items():
-        for knob in data["changed"]:
-            groups.setdefault((knob["layer"], knob["knob"]), set()).add(host)
-    total = len(hosts)
-    return [{"layer": layer, "knob": knob, "hosts": sorted(names), "count": len(names),
-             "total": total} for (layer, knob), names in groups.items()]
-
-
 def _runner(args: argparse.Namespace, check: bool = False) -> AnsibleRun:
     return AnsibleRun(target_inventory(args.inventory, args.sysroot), limit=args.limit,
                       forks=args.forks, timeout=args.timeout, check=check, diff=True)
@@ -190,7 +179,7 @@ def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str 
                   profile: str, result: dict[str, Any]) -> int:
     doc = {"experiment": experiment, "run_id": run_id, "layer": args.layer,
            "check": args.check, "profile": profile, **result}
-    _emit(args, doc, _apply_lines(doc, args.diff))
+    _emit(args, doc, apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
 
@@ -310,17 +299,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
         extravars["exemplar_audit_layers"] = args.layer
     result = run_playbook(_runner(args, check=True), "audit", extravars)
     doc = {"profile": name, **result, "drift": group_drift(result["hosts"])}
-    lines = [f"audit against profile {name}: {len(doc['hosts'])} host(s) answered"
-             + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
-    lines += [f"  DRIFT  {g['layer']}/{g['knob']}: {g['count']}/{g['total']} hosts"
-              for g in doc["drift"]] or (["  no drift"] if doc["hosts"] else [])
-    for host, data in doc["hosts"].items():
-        for knob in data["changed"]:
-            for change in knob["changes"]:
-                lines.append(f"  {host} {knob['layer']}/{knob['knob']} {change['path']}: "
-                             f"{_short(change['before'])} -> {_short(change['after'])}")
-    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
-    lines += [f"  {host}: FAILED: {why}" for host, why in doc["failed"].items()]
     if args.format == "prometheus":
         text = audit_text(doc, args.layer or list(ROLE_LAYERS))
         if args.output:
@@ -328,41 +306,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         else:
             print(text, end="")
     else:
-        _emit(args, doc, lines)
+        _emit(args, doc, audit_lines(doc, args.diff, args.details))
     drift = bool(doc["drift"]) or result["failed"] or result["unreachable"]
     return EXIT_FINDINGS if drift else EXIT_OK
-
-
-def _apply_lines(doc: dict[str, Any], show_diff: bool) -> list[str]:
-    verb = "would change" if doc["check"] else "changed"
-    head = f"apply {doc['layer']} (profile {doc['profile']})"
-    lines = [head + ("" if doc["check"] else f", experiment {doc['experiment']}")]
-    for host, data in doc["hosts"].items():
-        if data["status"] == "failed":
-            lines.append(f"  {host}: FAILED: {data['error']}")
-            continue
-        knobs = ", ".join(k["knob"] for k in data["changed"]) or "nothing"
-        reboot = "; REBOOT REQUIRED to take effect" if data["reboot_required"] else ""
-        lines.append(f"  {host}: {verb} {knobs}{reboot}")
-        if show_diff:
-            lines += [line for knob in data["changed"] for change in knob["changes"]
-                      for line in _diff_lines(change)]
-    lines += [f"  {host}: UNREACHABLE: {why}" for host, why in doc["unreachable"].items()]
-    if not doc["check"]:
-        lines.append(f"undo with: exemplar-tune restore --run {doc['experiment']}")
-    return lines
-
-
-def _diff_lines(change: dict[str, str]) -> list[str]:
-    diff = difflib.unified_diff(change["before"].splitlines(), change["after"].splitlines(),
-                                f"{change['path']} (before)", f"{change['path']} (after)",
-                                lineterm="")
-    return [f"      {line}" for line in diff]
-
-
-def _short(text: str) -> str:
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= 50 else flat[:47] + "...")
 
 
 def _emit(args: argparse.Namespace, doc: dict[str, Any], lines: list[str]) -> None:

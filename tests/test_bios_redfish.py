@@ -188,9 +188,10 @@ def test_audit_and_check_mode_write_nothing(bmc, work, tls):
     before, tree = bmc.state_bytes(), tree_hash(work["host"])
     audit = cli(work, "audit", "-i", str(inv), "--layer", "cpu", "--profile", str(work["profile"]))
     assert audit.returncode == 1, audit.stdout + audit.stderr
-    assert "DRIFT  cpu/bios: 1/1 hosts" in audit.stdout
-    assert f"node1 cpu/bios {bmc.url}/redfish/v1/Systems/" in audit.stdout
-    assert "/BIOS/Settings: 'ProcCStates=Disabled ProcTurboMode=Enabled" in audit.stdout
+    assert "DRIFT  cpu/bios  1/1 hosts" in audit.stdout
+    assert "DRIFT  cpu/bios  1/1 hosts  node1\n" in audit.stdout
+    assert f"        {bmc.url}/redfish/v1/Systems/" in audit.stdout
+    assert "          -ProcCStates=Disabled\n          +ProcCStates=Enabled\n" in audit.stdout
     check = cli(work, "apply", "--layer", "cpu", "-i", str(inv), "--profile",
                 str(work["profile"]), "--check", "--diff")
     assert check.returncode == 0 and "would change bios; REBOOT REQUIRED" in check.stdout

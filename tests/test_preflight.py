@@ -125,7 +125,7 @@ def test_fleet_groups_hosts_by_failing_check_and_reports_unreachable(tmp_path):
         assert group["hosts"] == ["node1", "node2"] and group["total"] == 3
     table = preflight("-i", str(path), "--profile", "h100-x86").stdout
     some = next(iter(failing))
-    assert f"{some}: 2/3 hosts" in table
+    assert f"{some}  2/3 hosts  node[1-2]" in table
     assert "### node4: UNREACHABLE" in table
 
 

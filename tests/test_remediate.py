@@ -52,7 +52,7 @@ def test_check_apply_audit_restore_round_trip(tmp_path, state):
     assert tree_hash(host) == pristine
 
     drift = cli("audit", "--sysroot", str(host), "--profile", str(state), "--layer", "fabric")
-    assert drift.returncode == 1 and "DRIFT  fabric/nccl_conf: 1/1 hosts" in drift.stdout
+    assert drift.returncode == 1 and "DRIFT  fabric/nccl_conf  1/1 hosts  h100-x86" in drift.stdout
     assert tree_hash(host) == pristine
 
     applied = json.loads(cli("apply", "--layer", "fabric", "--sysroot", str(host), "--profile",
@@ -116,8 +116,11 @@ def test_audit_groups_drift_across_a_fleet(tmp_path, state):
               "--format", "json")
     doc = json.loads(out.stdout)
     assert out.returncode == 1
-    assert doc["drift"] == [{"layer": "fabric", "knob": "nccl_conf", "hosts": ["n1", "n2"],
-                             "count": 2, "total": 3}]
+    [group] = doc["drift"]
+    assert {k: group[k] for k in ("layer", "knob", "hosts", "hostlist", "count", "total")} == {
+        "layer": "fabric", "knob": "nccl_conf", "hosts": ["n1", "n2"], "hostlist": "n[1-2]",
+        "count": 2, "total": 3}
+    assert group["changes"] == doc["hosts"]["n1"]["changed"][0]["changes"]
 
 
 def test_audit_of_the_fixture_fleet_reports_exactly_their_drift(tmp_path, monkeypatch):

@@ -1,0 +1,133 @@
+"""Host lists in the compressed form Slurm prints: ``gpu[001-112,115],login1``.
+
+:func:`compress` folds the last run of digits of names that share the rest (``gpu`` + number
++ ``""``), keeping zero padding (``gpu001`` and ``gpu1`` never fold together); :func:`expand`
+reads that form back, ``[a-b]`` ranges and ``,`` lists, several brackets in one name
+multiplying out (``rack[1-2]-n[1-2]``). ``expand(compress(hosts))`` gives the hosts back,
+sorted; ``scontrol show hostnames`` reads what :func:`compress` writes. :func:`without_host`
+makes the texts of hosts that differ only in their names equal, to fold them.
+:func:`ansible_limit` lets ``--limit`` take hostlists beside Ansible's own patterns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable
+
+_LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_HOSTLIST_ITEM = re.compile(r"^(!?)([^\[\]]*\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*\].*)$")
+
+
+def compress(hosts: Iterable[str]) -> str:
+    """The hosts as one sorted, comma-separated hostlist expression (duplicates dropped)."""
+    runs: dict[tuple[str, str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in set(hosts):
+        match = _LAST_NUMBER.match(name)
+        if not match:
+            plain.append(name)
+            continue
+        prefix, digits, suffix = match.groups()
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        runs.setdefault((prefix, suffix, width), []).append(int(digits))
+    runs = _merge_natural(runs)
+    parts = [(prefix, min(numbers), _render(prefix, suffix, width, sorted(numbers)))
+             for (prefix, suffix, width), numbers in runs.items()]
+    parts += [(name, -1, name) for name in plain]
+    return ",".join(text for _, _, text in sorted(parts))
+
+
+def _merge_natural(runs: dict[tuple[str, str, int], list[int]]
+                   ) -> dict[tuple[str, str, int], list[int]]:
+    """Numbers written without a leading zero join a padded run of their own length
+    (``gpu100`` belongs with ``gpu001``-``gpu099``)."""
+    merged: dict[tuple[str, str, int], list[int]] = {}
+    for (prefix, suffix, width), numbers in sorted(runs.items(), key=lambda kv: -kv[0][2]):
+        if width:
+            merged[(prefix, suffix, width)] = list(numbers)
+            continue
+        for number in numbers:
+            key = (prefix, suffix, len(str(number)))
+            target = key if key in merged else (prefix, suffix, 0)
+            merged.setdefault(target, []).append(number)
+    return merged
+
+
+def _render(prefix: str, suffix: str, width: int, numbers: list[int]) -> str:
+    text = [f"{n:0{width}d}" for n in numbers]
+    if len(numbers) == 1:
+        return f"{prefix}{text[0]}{suffix}"
+    ranges: list[list[int]] = []
+    for i, number in enumerate(numbers):
+        if ranges and number == numbers[ranges[-1][1]] + 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    body = ",".join(text[a] if a == b else f"{text[a]}-{text[b]}" for a, b in ranges)
+    return f"{prefix}[{body}]{suffix}"
+
+
+def without_host(text: str, host: str) -> str:
+    """``text`` with the host's own name, where it stands as a whole word, written ``{host}``:
+    what hosts that differ only in their names have in common, to fold them."""
+    return re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", "{host}", text)
+
+
+def expand(expression: str) -> list[str]:
+    """The host names of a hostlist expression, in the order written.
+
+    Raises ``ValueError`` (one line) on unbalanced brackets, an empty name or a bad range.
+    """
+    hosts: list[str] = []
+    for part in _split_top_level(expression):
+        if not part or "[" in _BRACKET.sub("", part) or "]" in _BRACKET.sub("", part):
+            raise ValueError(f"bad hostlist {expression!r}: empty name or unbalanced brackets")
+        pieces = _BRACKET.split(part)  # text, range, text, range, ..., text
+        choices = [[piece] if i % 2 == 0 else _range_items(piece, expression)
+                   for i, piece in enumerate(pieces)]
+        hosts += ["".join(combo) for combo in itertools.product(*choices)]
+    return hosts
+
+
+def _split_top_level(expression: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in expression.strip():
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    return [*parts, "".join(current)]
+
+
+def _range_items(body: str, expression: str) -> list[str]:
+    items = []
+    for token in body.split(","):
+        first, dash, last = token.partition("-")
+        last = last if dash else first
+        if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
+            raise ValueError(f"bad hostlist {expression!r}: range {token!r}")
+        items += [f"{n:0{len(first)}d}" for n in range(int(first), int(last) + 1)]
+    return items
+
+
+def ansible_limit(pattern: str | None) -> str | None:
+    """An Ansible ``--limit`` pattern with its hostlist items spelt out.
+
+    ``node[01-03],!node02`` becomes ``node01,node02,node03,!node02``; an item's ``!`` applies
+    to every host it names. Ansible's own subscripts (``group[0:2]``), wildcards, ``&`` and
+    ``~regex`` items are left as they are. ``ValueError`` on a malformed hostlist.
+    """
+    if not pattern:
+        return pattern
+    items = []
+    for item in _split_top_level(pattern):
+        match = _HOSTLIST_ITEM.match(item)
+        if match and not item.startswith("~"):
+            items += [match.group(1) + host for host in expand(match.group(2))]
+        else:
+            items.append(item)
+    return ",".join(items)
