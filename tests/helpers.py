@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +19,30 @@ def copy_sysroot(name: str, dest: Path) -> Path:
     target = dest / name
     shutil.copytree(SYSROOTS / name, target, symlinks=True)
     return target
+
+
+def tracked_tree(dest: Path) -> Path:
+    """A copy at ``dest`` of the repository's tracked files only (no stale ``build/``, no
+    untracked files): what a clean clone holds, to build a wheel from."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_symlink():
+            target.symlink_to(os.readlink(REPO / name))
+        elif (REPO / name).is_file():
+            shutil.copy2(REPO / name, target)
+    return dest
+
+
+def run_ok(argv: list[str], env: dict[str, str], cwd: Path | None = None,
+           timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``argv``; fail the test with the tail of its output unless it exits 0."""
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
+                         check=False)
+    assert out.returncode == 0, f"{argv}: {out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    return out
 
 
 def tree_hash(root: Path) -> str:

@@ -500,7 +500,7 @@ def test_read_nvidia_smi_other_failure_is_host_state_error(monkeypatch):
     with pytest.raises(HostStateError) as err:
         nvidia_smi.read_nvidia_smi(Sysroot("/"))
     assert not isinstance(err.value, NotSupported)
-    assert err.value.reason == "exit status 255: "
+    assert err.value.reason == "exit status 255"
 
 
 # -- NVML (a stand-in pynvml module; the real one needs a driver) ----------------------------

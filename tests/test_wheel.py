@@ -3,41 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import run_ok, tracked_tree
 
 pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
-
-
-def _run(argv, env, cwd=None, timeout=600):
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
-                         check=False)
-    assert out.returncode == 0, f"{argv}: {out.stdout[-2000:]}\n{out.stderr[-2000:]}"
-    return out
 
 
 def test_wheel_in_fresh_venv(tmp_path):
     clean = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
     # build from the tracked files only (no stale build/ directory, no untracked files)
-    source = tmp_path / "src"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (REPO / name).is_symlink():
-            target.symlink_to(os.readlink(REPO / name))
-        elif (REPO / name).is_file():
-            shutil.copy2(REPO / name, target)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
-          str(source)], dict(clean, PIP_CACHE_DIR=str(tmp_path / "pipcache")))
+    source = tracked_tree(tmp_path / "src")
+    run_ok([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+            str(source)], dict(clean, PIP_CACHE_DIR=str(tmp_path / "pipcache")))
     wheel = next((tmp_path / "dist").glob("exemplar_tune-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for part in ("ansible_collections/exemplar/tune/plugins/modules/facts.py",
@@ -56,12 +38,12 @@ def test_wheel_in_fresh_venv(tmp_path):
                    for n in names)
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], clean)
-    _run([str(venv / "bin/pip"), "install", "-q", str(wheel)], clean)
+    run_ok([sys.executable, "-m", "venv", str(venv)], clean)
+    run_ok([str(venv / "bin/pip"), "install", "-q", str(wheel)], clean)
 
     # the CLI, run without an activated venv and without any collection path set
-    out = _run([str(venv / "bin/exemplar-tune"), "facts", "--layer", "vm", "--format", "json"],
-               clean, cwd=tmp_path)
+    out = run_ok([str(venv / "bin/exemplar-tune"), "facts", "--layer", "vm", "--format", "json"],
+                 clean, cwd=tmp_path)
     assert list(json.loads(out.stdout)) == ["vm"]
     out = subprocess.run([str(venv / "bin/exemplar-tune"), "preflight", "--layer", "cpu",
                           "--format", "json"], capture_output=True, text=True, env=clean,
@@ -73,21 +55,21 @@ def test_wheel_in_fresh_venv(tmp_path):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
                          f"      ansible_python_interpreter: {venv}/bin/python\n")
-    out = _run([str(venv / "bin/ansible-playbook"), "-i", str(inventory), "exemplar.tune.facts",
-                "-e", '{"exemplar_layers": ["vm"]}'], dict(clean, PATH=f"{venv}/bin:/usr/bin:/bin"),
-               cwd=tmp_path)
+    out = run_ok([str(venv / "bin/ansible-playbook"), "-i", str(inventory), "exemplar.tune.facts",
+                  "-e", '{"exemplar_layers": ["vm"]}'],
+                 dict(clean, PATH=f"{venv}/bin:/usr/bin:/bin"), cwd=tmp_path)
     assert "failed=0" in out.stdout and "vm: " in out.stdout
 
     # the roles, the lookup and the audit playbook ship too (check mode: nothing is written)
-    out = _run([str(venv / "bin/exemplar-tune"), "audit", "--layer", "fabric", "--format",
-                "json"], dict(clean, EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state")),
-               cwd=tmp_path)
+    out = run_ok([str(venv / "bin/exemplar-tune"), "audit", "--layer", "fabric", "--format",
+                  "json"], dict(clean, EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "state")),
+                 cwd=tmp_path)
     assert json.loads(out.stdout)["drift"] == []
 
     # the simulated cluster's trees and scenarios ship: create one and benchmark it
-    out = _run([str(venv / "bin/exemplar-tune"), "sim", "create", str(tmp_path / "c"),
-                "--hosts", "1"], clean, cwd=tmp_path)
+    out = run_ok([str(venv / "bin/exemplar-tune"), "sim", "create", str(tmp_path / "c"),
+                  "--hosts", "1"], clean, cwd=tmp_path)
     assert "scenario gb300-exemplar-gap, 1 host(s)" in out.stdout
-    out = _run([str(venv / "bin/exemplar-tune"), "sim", "bench", str(tmp_path / "c"),
-                "--workload", "nccl-allgather"], clean, cwd=tmp_path)
+    out = run_ok([str(venv / "bin/exemplar-tune"), "sim", "bench", str(tmp_path / "c"),
+                  "--workload", "nccl-allgather"], clean, cwd=tmp_path)
     assert "# Collective test concluded: all_gather_perf" in out.stdout

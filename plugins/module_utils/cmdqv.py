@@ -22,7 +22,6 @@ import zlib
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
-    NotSupported,
     ParseError,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import (
@@ -89,12 +88,9 @@ def kernel_log_source(root: Sysroot) -> str:
 
 
 def read_kernel_log(root: Sysroot) -> str:
-    """The kernel log text; ``NotSupported`` when not captured or ``dmesg`` fails (EPERM)."""
-    out = root.command(LOG)
-    if out.rc != 0:
-        reason = (out.stderr.strip().splitlines() or [f"exit status {out.rc}"])[-1]
-        raise NotSupported(out.source, reason)
-    return out.stdout
+    """The kernel log text; ``NotSupported`` when not captured, ``CommandFailed`` when ``dmesg``
+    fails (EPERM)."""
+    return root.command(LOG).checked().stdout
 
 
 def parse_kernel_log(text: str) -> dict[str, Any]:

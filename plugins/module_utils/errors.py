@@ -35,3 +35,17 @@ class ParseError(HostStateError):
 
 class UnsafePath(HostStateError):
     """A path (or a symlink inside a sysroot) would leave the sysroot."""
+
+
+class CommandFailed(HostStateError):
+    """A command ran but exited non-zero.
+
+    The reason is one line: ``exit status N: <first line of stderr>`` (of stdout when stderr is
+    empty; just ``exit status N`` when the command printed nothing).
+    """
+
+    def __init__(self, command: str, rc: int, output: str = "") -> None:
+        lines = output.strip().splitlines()
+        detail = f": {lines[0].strip()}" if lines else ""
+        super().__init__(command, f"exit status {rc}{detail}")
+        self.rc = rc

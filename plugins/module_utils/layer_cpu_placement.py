@@ -71,8 +71,19 @@ def _gather_systemd(sheet: FactSheet, root: Sysroot) -> None:
     sheet.put("systemd_allowed_cpus",
               _per_unit(sheet, "systemd_allowed_cpus", systemd.read_allowed_cpus_dropins, root),
               dirs)
-    sheet.put("systemd_show", _per_unit(sheet, "systemd_show", systemd.read_systemctl_cpus, root),
-              systemd.SHOW_SOURCE)
+    sheet.put("systemd_show", _systemd_show(sheet, root), systemd.SHOW_SOURCE)
+
+
+def _systemd_show(sheet: FactSheet, root: Sysroot) -> dict[str, Any]:
+    """Each unit's ``systemctl show`` CPUs; a failed ``systemctl show`` is one ``errors`` entry
+    (``systemd_show``) and ``None`` for every unit."""
+    try:
+        shown = systemd.read_systemctl_show(root)
+    except HostStateError as exc:
+        sheet.error("systemd_show", exc)
+        shown = None
+    return _per_unit(sheet, "systemd_show", lambda _root, unit: systemd.show_cpus(shown, unit),
+                     root)
 
 
 def housekeeping_cpus(facts: dict[str, Any], root: Sysroot) -> list[int] | None:

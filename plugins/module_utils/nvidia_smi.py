@@ -22,7 +22,6 @@ import xml.etree.ElementTree as ET  # noqa: S405 - only for the Element type; pa
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
-    HostStateError,
     NotSupported,
     ParseError,
 )
@@ -372,14 +371,11 @@ def read_nvidia_smi(root: Sysroot) -> dict[str, Any]:
     """``parse_nvidia_smi`` of the host's ``nvidia-smi -q -x``.
 
     Raises ``NotSupported`` when nvidia-smi is absent (or was not captured), ``NoGpu`` when it
-    reports no GPU/driver, ``HostStateError`` for another failure (e.g. exit status 15, "GPU
+    reports no GPU/driver, ``CommandFailed`` for another failure (e.g. exit status 15, "GPU
     has fallen off the bus") and ``ParseError`` for a malformed or unsafe document.
     """
     out = root.command(COMMAND)
     message = no_gpu_message(out.stdout + "\n" + out.stderr)
     if out.rc in NO_GPU_EXIT_CODES or (message and not out.stdout.lstrip().startswith("<")):
         raise NoGpu(out.source, message or f"exit status {out.rc}")
-    if out.rc != 0:
-        detail = (out.stderr or out.stdout).strip().splitlines()
-        raise HostStateError(out.source, f"exit status {out.rc}: {detail[0] if detail else ''}")
-    return parse_nvidia_smi(out.stdout, out.source)
+    return parse_nvidia_smi(out.checked().stdout, out.source)

@@ -85,10 +85,7 @@ def live_states(params: dict, note: list[str]) -> dict[str, str | None]:
     if out.rc in NO_GPU_EXIT_CODES or (out.rc != 0 and message):
         note.append(f"no GPU: {message or f'nvidia-smi exit status {out.rc}'}")
         return {}
-    if out.rc != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        raise HostStateError(out.source, f"exit status {out.rc}: {lines[0] if lines else ''}")
-    return select(parse_query(out.stdout, out.source), wanted(params))
+    return select(parse_query(out.checked().stdout, out.source), wanted(params))
 
 
 def live_plan(states: dict[str, str | None], enabled: bool) -> list[Change]:

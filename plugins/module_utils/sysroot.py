@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    CommandFailed,
     NotSupported,
     UnsafePath,
 )
@@ -53,6 +54,13 @@ class CommandOutput:
     stdout: str
     rc: int = 0
     stderr: str = ""
+
+    def checked(self) -> CommandOutput:
+        """This output when the command exited 0; otherwise raise :class:`CommandFailed`
+        (the command, its exit status and the first line of its stderr)."""
+        if self.rc != 0:
+            raise CommandFailed(self.source, self.rc, self.stderr.strip() or self.stdout)
+        return self
 
 
 class Sysroot:
@@ -275,7 +283,6 @@ class Sysroot:
             rel = f"{COMMANDS_DIR}/{name}"
             return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
         return run_command(argv)
-
 
     def environ(self) -> dict[str, str]:
         """The reading process's environment, limited to NCCL_/ENROOT_ variables and HOME.

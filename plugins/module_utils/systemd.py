@@ -11,13 +11,17 @@ wins; within the files the last assignment wins and an empty one resets the sett
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    HostStateError,
+    ParseError,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS, Sysroot
 
 SYSTEM_CONF = "etc/systemd/system.conf"
@@ -103,24 +107,55 @@ def parse_systemctl_show_units(text: str) -> dict[str, dict[str, str]]:
 
 SHOW_COMMAND = "systemctl-show-slices.txt"
 SHOW_SOURCE = " ".join(COMMANDS[SHOW_COMMAND])
+# sd_booted(3): systemd is the running init system exactly when this directory exists.
+BOOTED_MARK = "run/systemd/system"
 
 
-def read_systemctl_cpus(root: Sysroot, unit: str) -> dict[str, str | None] | None:
-    """``{"allowed_cpus", "effective_cpus"}`` of ``unit`` from one ``systemctl show`` of the slices.
+@dataclass(frozen=True)
+class ShownUnits:
+    """Parsed ``systemctl show`` of the slices: properties by unit ``Id``, and their source."""
 
-    ``None`` when systemctl is absent, was not captured, or fails (no systemd as PID 1).
-    A key missing from the output (systemd < 244) is ``None``; ``""`` means not set/empty.
+    units: dict[str, dict[str, str]]
+    source: str
+
+
+def systemd_booted(root: Sysroot) -> bool:
+    """True when systemd runs as PID 1 on the host (its ``/run/systemd/system`` exists)."""
+    return root.exists(BOOTED_MARK)
+
+
+def read_systemctl_show(root: Sysroot) -> ShownUnits | None:
+    """One ``systemctl show`` of the slices, parsed.
+
+    ``None`` when systemd is not the init system (no ``/run/systemd/system``): nothing to show,
+    an answer rather than an error. On a systemd host, raises ``NotSupported`` when systemctl
+    is missing (or its output was not captured), ``CommandFailed`` when it exits non-zero and
+    ``ParseError`` when its output has no ``Id=`` block.
     """
     try:
-        out = root.command(SHOW_COMMAND)
-    except NotSupported:
-        return None
-    props = parse_systemctl_show_units(out.stdout).get(unit) if out.rc == 0 else None
+        out = root.command(SHOW_COMMAND).checked()
+    except HostStateError:
+        if not systemd_booted(root):
+            return None
+        raise
+    units = parse_systemctl_show_units(out.stdout)
+    if not units:
+        raise ParseError(out.source, out.stdout, "no unit block with an 'Id=' line")
+    return ShownUnits(units, out.source)
+
+
+def show_cpus(shown: ShownUnits | None, unit: str) -> dict[str, str | None] | None:
+    """``{"allowed_cpus", "effective_cpus"}`` of ``unit`` in ``shown``.
+
+    ``None`` when nothing was shown or ``unit`` has no block. A key missing from the output
+    (systemd < 244) is ``None``; ``""`` means not set/empty.
+    """
+    props = None if shown is None else shown.units.get(unit)
     if props is None:
         return None
     return {
-        "allowed_cpus": _show_cpus(props, "AllowedCPUs", out.source),
-        "effective_cpus": _show_cpus(props, "EffectiveCPUs", out.source),
+        "allowed_cpus": _show_cpus(props, "AllowedCPUs", shown.source),
+        "effective_cpus": _show_cpus(props, "EffectiveCPUs", shown.source),
     }
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.nvidia_smi import normalize_bdf
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -81,11 +80,8 @@ def parse_xid_events(text: str) -> list[dict[str, Any]]:
 def read_xid_events(root: Sysroot) -> list[dict[str, Any]]:
     """``parse_xid_events`` of the host's kernel log.
 
-    ``NotSupported`` when ``dmesg`` is missing (or was not captured) or fails, e.g. with
-    ``kernel.dmesg_restrict=1`` for a non-root user (exit status 1, "Operation not permitted").
+    ``NotSupported`` when ``dmesg`` is missing (or was not captured); ``CommandFailed`` when it
+    fails, e.g. with ``kernel.dmesg_restrict=1`` for a non-root user (exit status 1, "Operation
+    not permitted").
     """
-    out = root.command(COMMAND)
-    if out.rc != 0:
-        detail = (out.stderr or out.stdout).strip().splitlines()
-        raise NotSupported(out.source, f"exit status {out.rc}: {detail[0] if detail else ''}")
-    return parse_xid_events(out.stdout)
+    return parse_xid_events(root.command(COMMAND).checked().stdout)
