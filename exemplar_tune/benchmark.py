@@ -20,7 +20,10 @@ it (no launcher, no host list, no shell). A string is split like a shell would s
 command runs in its own session; on timeout the whole process group gets SIGTERM (``srun``
 then cancels its job step) and SIGKILL after a grace period, and whatever the command left
 running is killed when it exits. stdout and stderr are parsed together (stdout first); the
-``json`` parser reads stdout alone when it holds a document.
+``json`` parser reads stdout alone when it holds a document. Every other parser (``regex``
+included) sees the lines as the program wrote them: launcher and log prefixes (``srun
+--label``, OpenMPI tags, timestamps) and terminal noise are removed first
+(:mod:`exemplar_tune.diagnose.normalize`).
 
 With ``slurm:`` (``mode: srun|sbatch``, ``partition``, ``nodes``, ``nodelist: inventory|[names]``,
 ``time_limit``, ``container_image``, ``container_mounts``, ``export`` ...) the command is what
@@ -60,6 +63,7 @@ import yaml
 
 from exemplar_tune import reaper
 from exemplar_tune.diagnose import nccl_tests, steptime
+from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input
 from exemplar_tune.slurm.inventory import HostSource, InventoryError, host_nodes
@@ -447,6 +451,8 @@ def _parse(spec: BenchmarkSpec, out: str, err: str) -> tuple[list[float], float]
     """``(samples, value)`` from the command's output, by the shape's parser."""
     if not (out + err).strip():
         raise _no_sample("the command printed nothing")
+    if spec.parser != "json":  # launcher prefixes (srun --label, OpenMPI) and terminal noise
+        out, err = normalize(out), normalize(err)
     samples, value = _PARSERS[spec.parser](spec, out, err)
     if not all(math.isfinite(v) for v in [*samples, value]):
         raise _unparsable(spec.parser, "a sample is not a finite number")

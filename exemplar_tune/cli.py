@@ -27,7 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 
 from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
-from exemplar_tune.diagnose import DiagnoseError, compare_nccl_tests, diagnose_paths
+from exemplar_tune.diagnose import compare_nccl_tests, diagnose_paths
 from exemplar_tune.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FINDINGS,
@@ -574,10 +574,12 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """``exemplar-tune diagnose``."""
-    try:
-        reports = diagnose_paths(args.files)
-    except DiagnoseError as exc:
-        raise UserError(str(exc)) from None
+    reports, errors = diagnose_paths(args.files)
+    if not reports:
+        raise UserError(errors[0] if len(errors) == 1 else
+                        f"none of the {len(errors)} files could be read: {'; '.join(errors)}")
+    for error in errors:
+        print(f"exemplar-tune: skipped {error}", file=sys.stderr)
     comparison = None
     if args.compare:
         if len(reports) != 2 or any(r.kind != "nccl-tests" for r in reports):
@@ -585,10 +587,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         comparison = compare_nccl_tests(*reports)
     docs = [r.to_dict() for r in reports]
     if args.format == "json":
-        print(json.dumps({"reports": docs, "comparison": comparison}, indent=2))
+        print(json.dumps({"reports": docs, "comparison": comparison, "skipped": errors},
+                         indent=2))
     else:
-        print(_diagnose_table(docs, comparison))
-    return EXIT_FINDINGS if any(d["status"] == "fail" for d in docs) else EXIT_OK
+        print(_diagnose_table(docs, comparison) + "".join(f"\n== skipped: {e}" for e in errors))
+    failing = any(d["status"] == "fail" for d in docs)
+    return EXIT_FINDINGS if failing or errors else EXIT_OK
 
 
 def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:

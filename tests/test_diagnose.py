@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -23,6 +24,7 @@ from exemplar_tune.diagnose import (
 )
 from exemplar_tune.diagnose.base import SIGNAL_CHECKS, finding
 from tests.conftest import SAMPLES
+from tests.test_cli import cli
 
 GB300 = "nccl_tests_all_gather_perf_gcp_a4xmax_gb300.txt"
 A3MEGA = "nccl_tests_all_reduce_perf_2x8xH100_gcp_a3mega.txt"
@@ -448,24 +450,47 @@ def test_nccl_log_version_info_line_and_affinity_per_gpu():
 def test_bad_input_is_one_line_error(tmp_path, name, data):
     path = tmp_path / name
     path.write_bytes(data)
-    with pytest.raises(DiagnoseError) as err:
-        diagnose_paths([str(path)])
-    assert str(err.value) == (f"{path}: not a recognised format (turbostat, numastat, perf, "
-                              "step-time log, nccl-tests, NCCL debug log)")
-    assert isinstance(err.value, ValueError)
+    assert diagnose_paths([str(path)]) == ([], [refusal(path, name)])
+    out = cli("diagnose", str(path))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"exemplar-tune: error: {refusal(path, name)}\n"
+
+
+def refusal(path, name):
+    if name in ("garbage", "nul"):
+        return (f"{path}: binary content, not a text capture (turbostat, numastat, perf, "
+                "step-time log, nccl-tests, NCCL debug log)")
+    return (f"{path}: not a recognised format (turbostat, numastat, perf, step-time log, "
+            "nccl-tests, NCCL debug log)")
 
 
 def test_unreadable_path(tmp_path):
-    with pytest.raises(DiagnoseError, match=r"capture .*missing not found"):
-        diagnose_paths([str(tmp_path / "missing")])
-    with pytest.raises(DiagnoseError, match="is a directory, not a file"):
-        diagnose_paths([str(tmp_path)])
+    reports, errors = diagnose_paths([str(tmp_path / "missing"), str(tmp_path)])
+    assert reports == [] and len(errors) == 2
+    assert re.match(r"capture .*missing not found", errors[0])
+    assert "is a directory, not a file" in errors[1]
+
+
+def test_several_files_report_every_readable_one(tmp_path):
+    """One unreadable file does not hide the others' reports; exit 2 only when none reads."""
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\n")
+    out = cli("diagnose", str(SAMPLES / A3MEGA), str(bad), str(SAMPLES / MEGATRON),
+              "--format", "json")
+    doc = json.loads(out.stdout)
+    assert [r["kind"] for r in doc["reports"]] == ["nccl-tests", "step-time"]
+    assert doc["skipped"] == [refusal(bad, "unknown")]
+    assert out.returncode == 1 and f"skipped {bad}: not a recognised format" in out.stderr
+    both = cli("diagnose", str(bad), str(tmp_path / "missing"))
+    assert both.returncode == 2 and both.stderr.startswith(
+        "exemplar-tune: error: none of the 2 files could be read: ")
+    assert both.stderr.count("\n") == 1
 
 
 def test_endless_input_is_refused_in_bounded_memory():
     """/dev/zero never ends: at most the limit plus one byte is read, then one line."""
-    with pytest.raises(DiagnoseError, match=r"capture /dev/zero is larger than 64 MiB"):
-        diagnose_paths(["/dev/zero"])
+    reports, [error] = diagnose_paths(["/dev/zero"])
+    assert reports == [] and re.match(r"capture /dev/zero is larger than 64 MiB", error)
 
 
 def test_malformed_known_format_is_diagnose_error():
@@ -474,7 +499,8 @@ def test_malformed_known_format_is_diagnose_error():
 
 
 def test_diagnose_paths_and_to_dict_shape():
-    reports = diagnose_paths([str(SAMPLES / A3MEGA), str(SAMPLES / MEGATRON)])
+    reports, errors = diagnose_paths([str(SAMPLES / A3MEGA), str(SAMPLES / MEGATRON)])
+    assert errors == []
     assert [r.kind for r in reports] == ["nccl-tests", "step-time"]
     d = json.loads(json.dumps(reports[0].to_dict()))
     assert set(d) == {"source", "kind", "status", "summary", "findings"}

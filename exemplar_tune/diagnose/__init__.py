@@ -18,6 +18,7 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
+from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input_bytes
 
@@ -50,29 +51,39 @@ def detect(text: str) -> Analyzer | None:
 def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = None) -> Report:
     """Detect the format of ``text`` and analyse it; ``DiagnoseError`` when that cannot be done.
 
+    The text is first :func:`~exemplar_tune.diagnose.normalize.normalize`-d (launcher and log
+    prefixes, terminal noise); the report's summary names what was removed under ``input``.
     ``expectations`` is optional and per format: nccl-tests take ``{size_bytes: busbw}`` (or
     ``{"busbw": {...}}``), turbostat ``turbo_mhz`` and ``busy_pct``, step-time logs
     ``warmup_steps``.
     """
-    analyzer = detect(text)
+    if not _is_text(text):
+        raise DiagnoseError(f"{source}: binary content, not a text capture ({KINDS_TEXT})")
+    clean = normalize(text)
+    analyzer = detect(clean)
     if analyzer is None:
         raise DiagnoseError(f"{source}: not a recognised format ({KINDS_TEXT})")
     try:
-        return analyzer.analyze(text, source, dict(expectations or {}))
+        report = analyzer.analyze(clean, source, dict(expectations or {}))
     except DiagnoseError:
         raise
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
         why = " ".join(str(exc).split())
         raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
+    if clean.described():
+        report.summary.setdefault("input", clean.described())
+    return report
 
 
-def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None) -> list[Report]:
-    """Read and diagnose each file in order; the first unreadable or unknown one raises."""
-    reports = []
+def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None
+                   ) -> tuple[list[Report], list[str]]:
+    """Read and diagnose each file: the reports of the files that could be read, and one line
+    per file that could not (unreadable, empty, binary, unknown or malformed)."""
+    reports, errors = [], []
     for path in paths:
         try:
-            data = read_input_bytes(path, "capture")
-        except UserError as exc:
-            raise DiagnoseError(str(exc)) from None
-        reports.append(diagnose_text(data.decode("utf-8", errors="replace"), path, expectations))
-    return reports
+            data = read_input_bytes(path, "capture").decode("utf-8", errors="replace")
+            reports.append(diagnose_text(data, path, expectations))
+        except (UserError, DiagnoseError) as exc:
+            errors.append(str(exc))
+    return reports, errors

@@ -16,11 +16,9 @@ uint32 3, int64 4, uint64 5, float16 6, float32 7, float64 8, bfloat16 9, and fr
 float8e4m3 10, float8e5m2 11. A line with another datatype number is skipped and counted.
 
 Contract: :func:`parse_coll_calls` returns one :class:`CollCall` per such line; anything else
-(other INFO lines, launcher noise) is ignored. Launcher prefixes may precede the line: Slurm
-``srun --label`` (``12: ``), OpenMPI ``[1,3]<stdout>:``, torchrun ``[default3]:``, Ray
-``(RayTrainWorker pid=.., ip=..)``, pdsh ``host: ``, ISO or bracketed timestamps, markdown
-``> ``; ANSI colour codes and carriage returns are removed first. ``rank`` is the global rank
-when the line (``globalrank``) or the launcher (srun, OpenMPI) says it, else ``None``.
+(other INFO lines, launcher noise) is ignored. Launcher prefixes and terminal noise before
+the line are removed by :func:`~exemplar_tune.diagnose.normalize.clean_line`. ``rank`` is the
+global rank when the line (``globalrank``) or the launcher (srun, OpenMPI) says it, else ``None``.
 
 ``bytes`` is the size as nccl-tests' ``size`` column counts it (``max(send, recv)`` bytes, see
 ``NVIDIA/nccl-tests:src/*.cu`` ``*GetCollByteCount``): ``count * typesize`` for all_reduce,
@@ -44,6 +42,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exemplar_tune.diagnose.normalize import clean_line
+
 DATATYPES = {  # ncclDataType_t number: (name, bytes per element)
     0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
     5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
@@ -56,17 +56,6 @@ COLLECTIVES = {  # NCCL opName: nccl-tests name
 }
 PER_RANK_COUNT = frozenset({"all_gather", "reduce_scatter", "alltoall", "gather", "scatter"})
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_LAUNCHERS = (  # (pattern, group holding a global rank or None), stripped from the line start
-    (re.compile(r"^\s*(\d+): "), 1),  # srun --label
-    (re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?"), 1),  # OpenMPI --tag-output
-    (re.compile(r"^\[[A-Za-z_]*\d+\]:\s?"), None),  # torchrun --tee (local rank)
-    (re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*"), None),  # Ray workers
-    (re.compile(r"^\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*"), None),
-    (re.compile(r"^\[\d\d:\d\d:\d\d(?:\.\d+)?\]\s*"), None),  # [13:57:49]
-    (re.compile(r"^> "), None),  # quoted in markdown
-    (re.compile(r"^[\w.-]+: (?=\S+:\d+:\d+ \[\d+\] )"), None),  # pdsh host label
-)
 _CALL = re.compile(
     r"(?:(?:(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):\d+ )?\[(?P<dev>\d+)\] NCCL INFO )?"
     r"\b(?P<name>[A-Z][A-Za-z]+): opCount (?P<opcount>[0-9a-fA-F]+) "
@@ -115,18 +104,12 @@ class SizeShare:
     lines: tuple[int, ...] = field(default=(), compare=False)
 
 
-def clean_line(line: str) -> tuple[str, int | None]:
-    """The line without ANSI codes, CR and launcher prefixes; the launcher's global rank."""
-    line = _ANSI.sub("", line).replace("\r", "")
-    rank = None
-    stripped = True
-    while stripped:
-        stripped = False
-        for rx, group in _LAUNCHERS:
-            if m := rx.match(line):
-                rank = int(m.group(group)) if group and rank is None else rank
-                line, stripped = line[m.end():], True
-    return line, rank
+def _cleaned(line: str) -> tuple[str, int | None]:
+    """The line as NCCL wrote it (:func:`normalize.clean_line`); the global rank its launcher
+    named, if any."""
+    text, source = clean_line(line)
+    rank = re.search(r"(?<!local )rank (\d+)", source or "")
+    return text, int(rank.group(1)) if rank else None
 
 
 def call_bytes(collective: str, count: int, typesize: int, nranks: int | None) -> int | None:
@@ -156,7 +139,7 @@ def parse_coll_log(text: str) -> CollLog:
     skipped: Counter[str] = Counter()
     version = None
     for n, raw in enumerate(text.splitlines(), start=1):
-        line, rank = clean_line(raw)
+        line, rank = _cleaned(raw)
         if version is None and (v := _VERSION.search(line)):
             version = v.group(1).rstrip(".")
         if not (m := _CALL.search(line)):

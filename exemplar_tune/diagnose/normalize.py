@@ -1,0 +1,142 @@
+"""Captured text as the program wrote it: launcher and log prefixes, terminal noise removed.
+
+Logs reach ``diagnose`` and ``tune``'s benchmark parsers through launchers and log collectors
+that decorate every line: ``srun --label`` (``12: ``), OpenMPI / ``mpirun --tag-output``
+(``[1,12]<stdout>:``), torchrun (``[default3]:``, ``[rank3]:``), pdsh/clush (``host: ``),
+Ray and SkyPilot (``(worker pid=.., ip=..)``), Kubernetes/CRI, journald and ISO timestamps,
+``dmesg`` times, e-mail and Markdown quotes (``> ``), often several stacked. Terminals add
+ANSI colour and cursor codes, carriage returns (tqdm redraws a line with ``\\r``) and CRLF.
+
+:func:`normalize` removes all of that line by line — one output line per input line, so line
+numbers in evidence still point into the file — and keeps what the prefixes said: the rank
+and host each line came from (two hosts' "GPU 0" are two GPUs). Prefixes that could be
+content (``12: `` or ``word: ``) are removed only when most lines carry them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+                   r"|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Za-z0-9]|[=>])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# (kind, pattern, rank group, host group); tried at the line start until none matches
+_PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
+    ("quote", re.compile(r"^(?:> ?)+"), None, None),
+    ("timestamp", re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+                             r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: (?:stdout|stderr) [FP])?[ \t:|-]*"),
+     None, None),
+    ("timestamp", re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"), None, None),
+    ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]+) "
+                          r"[\w./-]+(?:\[\d+\])?: "), None, "host"),
+    ("dmesg time", re.compile(r"^\[\s*\d+\.\d+\]\s?"), None, None),
+    ("OpenMPI tag", re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank", None),
+    ("torchrun", re.compile(r"^\[(?:default|rank)(?P<local>\d+)\]:\s?"), "local", None),
+    ("ray", re.compile(r"^\((?:[\w-]+, )?(?:rank=(?P<rank>\d+), )?[\w-]*\s?pid=\d+"
+                       r"(?:, ip=(?P<host>[\d.]+))?\)\s?"), "rank", "host"),
+    ("srun --label", re.compile(r"^\s*(?P<rank>\d+): "), "rank", None),
+    ("host label", re.compile(r"^(?P<host>[A-Za-z][\w.-]*\d[\w.-]*): "), None, "host"),
+)
+MOSTLY = frozenset({"srun --label", "host label"})  # removed only when most lines have them
+
+
+class CleanText(str):
+    """Text after :func:`normalize`; a ``str`` with what was removed.
+
+    ``sources[i]`` names where line ``i + 1`` came from (``"node01 rank 3"``, ``"rank 3"``
+    (global, from srun or OpenMPI), ``"local rank 3"`` (torchrun), or ``None``); ``stripped``
+    counts the lines per prefix kind removed; ``noise`` counts the lines that had ANSI codes,
+    carriage returns or other control characters.
+    """
+
+    sources: tuple[str | None, ...]
+    stripped: dict[str, int]
+    noise: dict[str, int]
+
+    def described(self) -> dict[str, object]:
+        """What a report says about the input: prefixes and noise removed, sources seen."""
+        seen = sorted({s for s in self.sources if s}, key=_natural)
+        out: dict[str, object] = {}
+        if self.stripped:
+            out["prefixes_removed"] = dict(self.stripped)
+        if self.noise:
+            out["noise_removed"] = dict(self.noise)
+        if seen:
+            out["sources"] = len(seen)
+            out["source_names"] = seen[:16]
+        return out
+
+
+def normalize(text: str) -> CleanText:
+    """``text`` without line prefixes and terminal noise, one line per input line."""
+    if isinstance(text, CleanText):
+        return text
+    raw = text.split("\n")
+    noise: Counter[str] = Counter()
+    lines = [_terminal(line, noise) for line in raw]
+    trial = [_strip(line, set()) for line in lines]
+    counts = Counter(kind for _, kinds, _ in trial for kind in kinds)
+    written = sum(1 for line in lines if line.strip())
+    skip = {kind for kind in MOSTLY if counts[kind] * 2 < written}
+    done = trial if not skip else [_strip(line, skip) for line in lines]
+    clean = CleanText("\n".join(text for text, _, _ in done))
+    clean.sources = tuple(source for _, _, source in done)
+    clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
+    clean.noise = dict(noise)
+    return clean
+
+
+def clean_line(line: str) -> tuple[str, str | None]:
+    """One line without terminal noise and prefixes (all kinds), and its source."""
+    text, _, source = _strip(_terminal(line, Counter()), set())
+    return text, source
+
+
+def _terminal(line: str, noise: Counter[str]) -> str:
+    if line.endswith("\r"):
+        line = line[:-1]
+        noise["crlf"] += 1
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+        noise["ansi"] += 1
+    if "\r" in line:  # a terminal shows what was written after the last carriage return
+        line = next((part for part in reversed(line.split("\r")) if part.strip()), "")
+        noise["carriage return"] += 1
+    if _CONTROL.search(line):
+        line = _CONTROL.sub("", line)
+        noise["control"] += 1
+    return line
+
+
+def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:
+    kinds: list[str] = []
+    rank = host = local = None
+    for _ in range(8):  # prefixes stack; a bound keeps a pathological line cheap
+        for kind, pattern, rank_group, host_group in _PREFIXES:
+            match = None if kind in skip else pattern.match(line)
+            if match and match.end():
+                if rank_group == "local":
+                    local = local or match.group("local")
+                elif rank_group:
+                    rank = rank or match.group(rank_group)
+                host = host or (match.group(host_group) if host_group else None)
+                line, kinds = line[match.end():], [*kinds, kind]
+                break
+        else:
+            break
+    source = " ".join(p for p in (host, rank and f"rank {rank}", local and f"local rank {local}")
+                      if p)
+    return line, kinds, source or None
+
+
+def _natural(name: str) -> list[object]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def sources_of(text: str, numbers: Iterable[int]) -> set[str]:
+    """The sources of the given 1-based lines of a :class:`CleanText` (none for plain text)."""
+    sources = getattr(text, "sources", ())
+    return {sources[n - 1] for n in numbers if 0 < n <= len(sources) and sources[n - 1]}
