@@ -27,9 +27,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("quote", re.compile(r"^(?:> ?)+"), None, None),
     ("timestamp", re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
-                             r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: (?:stdout|stderr) [FP])?[ \t:|-]*"),
+                             r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: (?:stdout|stderr) [FP])?"
+                             r"(?: [-|] |: |[ \t])?"),
      None, None),
-    ("timestamp", re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)?\]\s*"), None, None),
+    ("timestamp", re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)?\] ?"), None, None),
     ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]+) "
                           r"[\w./-]+(?:\[\d+\])?: "), None, "host"),
     ("dmesg time", re.compile(r"^\[\s*\d+\.\d+\]\s?"), None, None),
