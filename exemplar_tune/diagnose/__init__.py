@@ -18,7 +18,7 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
-from exemplar_tune.diagnose.normalize import normalize
+from exemplar_tune.diagnose.normalize import normalize, strip_ansi
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input_bytes
 
@@ -57,7 +57,7 @@ def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = 
     ``{"busbw": {...}}``), turbostat ``turbo_mhz`` and ``busy_pct``, step-time logs
     ``warmup_steps``.
     """
-    if not _is_text(text):
+    if not _is_text(strip_ansi(text)):  # colour codes are terminal noise, not binary
         raise DiagnoseError(f"{source}: binary content, not a text capture ({KINDS_TEXT})")
     clean = normalize(text)
     analyzer = detect(clean)

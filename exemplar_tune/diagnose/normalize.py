@@ -28,7 +28,7 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("quote", re.compile(r"^(?:> ?)+"), None, None),
     ("timestamp", re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
                              r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: (?:stdout|stderr) [FP])?"
-                             r"(?: [-|] |: |[ \t])?"),
+                             r"(?:: |[ \t])?"),
      None, None),
     ("timestamp", re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)?\] ?"), None, None),
     ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]+) "
@@ -88,6 +88,11 @@ def normalize(text: str) -> CleanText:
     clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
     clean.noise = dict(noise)
     return clean
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI colour, cursor and title sequences."""
+    return _ANSI.sub("", text)
 
 
 def clean_line(line: str) -> tuple[str, str | None]:

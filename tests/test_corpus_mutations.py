@@ -1,0 +1,82 @@
+"""Real captures, mutated: prefixes added, lines cut, columns blanked, bytes inserted, the file
+truncated. ``diagnose`` must give the same reading when only prefixes were added, and for any
+other mutation a reading or a one-line refusal — never a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exemplar_tune.diagnose import DiagnoseError, diagnose_text
+from tests.corpus import REALWORLD
+
+TEXT_FAMILIES = ("nccl-tests", "nccl-log", "nccl-coll", "steptime", "turbostat", "numastat",
+                 "perf")
+CAPTURES = sorted(p for family in TEXT_FAMILIES for p in (REALWORLD / family).iterdir()
+                  if p.suffix not in (".md", ".yaml"))
+SETTINGS = settings(max_examples=12, derandomize=True, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+PREFIXES = st.sampled_from([
+    lambda i: f"{i % 4}: ", lambda i: f"[1,{i % 8}]<stdout>:", lambda _: "[default0]:",
+    lambda _: "2026-04-28T14:14:42.123Z ", lambda _: "[2026-04-28 14:14:42] ",
+    lambda _: "Apr 28 14:14:42 gpu01 trainer[311]: ", lambda _: "> ",
+])
+
+
+def reading(text: str, name: str) -> Any:
+    """What a report says, without the note on removed input noise; or the refusal line."""
+    try:
+        doc = diagnose_text(text, name).to_dict()
+    except DiagnoseError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(name)
+        return ("refused", str(exc).split(": ", 1)[1])
+    doc["summary"].pop("input", None)
+    return doc
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@SETTINGS
+@given(prefix=PREFIXES, stacked=st.booleans(), crlf=st.booleans(), colour=st.booleans())
+def test_prefixes_and_terminal_noise_do_not_change_the_reading(path, prefix, stacked, crlf,
+                                                               colour):
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
+    mutated = []
+    for i, line in enumerate(lines):
+        if line:
+            line = ("2026-04-28T14:14:42Z " if stacked else "") + prefix(i) + line
+            line = f"\x1b[2m{line}\x1b[0m" if colour else line
+        mutated.append(line + ("\r" if crlf and i < len(lines) - 1 else ""))
+    assert reading("\n".join(mutated), path.name) == reading(text, path.name)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@SETTINGS
+@given(data=st.data())
+def test_damaged_captures_are_read_or_refused_in_one_line(path, data):
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
+    kind = data.draw(st.sampled_from(["cut", "blank", "bytes", "truncate"]))
+    if kind == "cut":
+        start = data.draw(st.integers(0, len(lines) - 1))
+        end = data.draw(st.integers(start, min(len(lines), start + 20)))
+        lines[start:end] = []
+    elif kind == "blank":
+        row = data.draw(st.integers(0, len(lines) - 1))
+        tokens = lines[row].split(" ")
+        col = data.draw(st.integers(0, len(tokens) - 1))
+        tokens[col] = " " * len(tokens[col])
+        lines[row] = " ".join(tokens)
+    text = "\n".join(lines)
+    if kind == "bytes":
+        at = data.draw(st.integers(0, len(text)))
+        noise = data.draw(st.binary(min_size=1, max_size=64)).decode("latin-1")
+        text = text[:at] + noise + text[at:]
+    elif kind == "truncate":
+        text = text[:data.draw(st.integers(0, len(text)))]
+    reading(text, path.name)  # a report, or a one-line DiagnoseError; anything else fails
