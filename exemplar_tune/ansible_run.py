@@ -28,6 +28,8 @@ from exemplar_tune import reaper
 from exemplar_tune.collection import link_collection
 from exemplar_tune.errors import UserError
 from exemplar_tune.hostlist import ansible_limit
+from exemplar_tune.inventory import inventory_hosts
+from exemplar_tune.progress import HostProgress
 
 LOG = logging.getLogger(__name__)
 RUN_DIR_PREFIX = "exemplar-run-"  # + the controller's pid: stale ones are found and removed
@@ -115,11 +117,12 @@ class AnsibleRun:
         pdd = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
         hosts: dict[str, HostResult] = {}
         start = time.monotonic()
+        progress = HostProgress(_label(kwargs), self._host_count)
         try:
             runner = ansible_runner.run(
                 private_data_dir=str(pdd), inventory=self.inventory, limit=self.limit,
                 forks=self.forks, quiet=True, suppress_env_files=True, cmdline=self._cmdline(),
-                envvars=_envvars(pdd), event_handler=lambda e: _collect(e, hosts),
+                envvars=_envvars(pdd), event_handler=lambda e: _collect(e, hosts, progress),
                 cancel_callback=self._deadline(start), settings={"pexpect_timeout": 1},
                 **kwargs,
             )
@@ -129,9 +132,16 @@ class AnsibleRun:
                 reaper.end_tree(child)
             raise
         finally:
+            progress.close()
             shutil.rmtree(pdd, ignore_errors=True)
         LOG.debug("ansible-runner %s rc=%s in %.1f s", status, rc, time.monotonic() - start)
         return RunOutcome(status, rc, hosts, time.monotonic() - start)
+
+    def _host_count(self) -> int | None:
+        try:
+            return len(inventory_hosts(self))
+        except Exception:  # noqa: BLE001 - the count only sizes a progress bar
+            return None
 
     def _cmdline(self) -> str | None:
         flags = (["--check"] if self.check else []) + (["--diff"] if self.diff else [])
@@ -197,7 +207,16 @@ def _supervised_programs(directory: Path) -> str:
     return str(directory)
 
 
-def _collect(event: dict[str, Any], hosts: dict[str, HostResult]) -> bool:
+def _label(kwargs: dict[str, Any]) -> str:
+    """What a run is called in progress lines: the playbook's or the module's name."""
+    if "playbook" in kwargs:
+        return Path(kwargs["playbook"]).stem
+    return str(kwargs.get("module", "ansible")).rsplit(".", 1)[-1]
+
+
+def _collect(event: dict[str, Any], hosts: dict[str, HostResult],
+             progress: HostProgress) -> bool:
+    progress.event(event)
     status = HOST_EVENTS.get(event.get("event", ""))
     if status is None:
         return False

@@ -55,6 +55,7 @@ from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches, shipped_profiles
+from exemplar_tune.progress import set_quiet
 from exemplar_tune.prometheus import preflight_text, write_atomically
 from exemplar_tune.remediate import cmd_abandon, cmd_apply, cmd_audit, cmd_restore
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_facts(sub)
     _add_preflight(sub)
@@ -157,7 +159,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_snapshot(sub)
     add_sim_parsers(sub)
     add_slurm(sub)
+    _add_quiet(sub)
     return parser
+
+
+QUIET_HELP = ("no progress on stderr (bars on a terminal, a line per step elsewhere); "
+              "results and errors still print")
+
+
+def _add_quiet(sub: argparse._SubParsersAction) -> None:
+    """``--quiet`` after any command too (it only sets what the global option sets)."""
+    for cmd in {id(p): p for p in sub.choices.values()}.values():
+        cmd.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                         help=QUIET_HELP)
+        for action in cmd._subparsers._group_actions if cmd._subparsers else ():
+            _add_quiet(action)
 
 
 def _add_facts(sub: argparse._SubParsersAction) -> None:
@@ -638,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     (``--help`` epilog), never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    set_quiet(args.quiet)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

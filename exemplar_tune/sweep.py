@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
+from exemplar_tune.progress import say
 from exemplar_tune.remediate import _runner, claim_hosts, ledger_target, recorded
 from exemplar_tune.runs import state_dir
 from exemplar_tune.selection import ArmSelection, Selection, run_score
@@ -118,9 +118,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                    "fabric": identity, "forks": args.forks, "timeout": args.timeout}
         experiment = ledger.start_experiment("sweep", profile["name"], ledger_target(args),
                                              options)
-        _say(args, f"experiment {experiment}")
+        say(f"experiment {experiment}")
         for note in notes:
-            _say(args, f"  sizes: {note}")
+            say(f"  sizes: {note}")
         with recorded(ledger, experiment), reaper.tagged(experiment):
             sweep = Sweep(args, profile, shapes, ledger, experiment)
             results = sweep.run(knobs, plan, current)
@@ -149,7 +149,7 @@ class Sweep:
         self.ledger, self.experiment = ledger, experiment
         self.options = LoopOptions(confidence=args.confidence, canary=args.canary,
                                    log_dir=state_dir() / "logs" / experiment,
-                                   progress=lambda text: _say(args, text))
+                                   progress=say)
         self.loop = LayerLoop(_runner(args), profile, shapes, ledger, experiment, self.options)
         self.scope: Scope | None = None
         self.original: Settings = {}
@@ -213,18 +213,18 @@ class Sweep:
         selection = ArmSelection(incumbent, labels, confidence=self.args.confidence,
                                  min_rounds=self.args.min_rounds,
                                  max_rounds=self.args.max_rounds)
-        _say(self.args, f"{step.title}: {len(labels) + 1} arms (incumbent {incumbent}), "
+        say(f"{step.title}: {len(labels) + 1} arms (incumbent {incumbent}), "
              f"{self.args.min_rounds}-{self.args.max_rounds} rounds of "
              f"{', '.join(s.name for s in self.shapes)}")
         while True:
             arms = selection.order()
             for position, arm in enumerate(arms, start=1):
                 self._set(settings[arm])
-                _say(self.args, f"{step.title}: round {selection.rounds() + 1}, arm {position}/"
+                say(f"{step.title}: round {selection.rounds() + 1}, arm {position}/"
                      f"{len(arms)}: {arm}")
                 selection.add(arm, self._bench_arm(arm))
             result = selection.decide()
-            _say(self.args, _progress(step.title, selection, result))
+            say(_progress(step.title, selection, result))
             if result.outcome != "continue":
                 break
         chosen = settings[result.arm or incumbent]
@@ -329,10 +329,10 @@ def _validate(args: argparse.Namespace, sweep: Sweep, chosen: Settings,
     options = {"bench": str(Path(args.validate).resolve()), "layers": [LAYER],
                "validates": sweep.experiment, "confidence": args.confidence}
     experiment = ledger.start_experiment("tune", profile["name"], ledger_target(args), options)
-    _say(args, f"validating {arm_label(chosen)} on training shapes: experiment {experiment}")
+    say(f"validating {arm_label(chosen)} on training shapes: experiment {experiment}")
     loop_options = LoopOptions(confidence=args.confidence, canary=args.canary,
                                log_dir=state_dir() / "logs" / experiment,
-                               progress=lambda text: _say(args, text))
+                               progress=say)
     with recorded(ledger, experiment):
         loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, loop_options)
         outcome = loop.layer(LAYER, POSITION)
@@ -421,11 +421,6 @@ def _estimate_dict(estimate: Any) -> dict[str, Any]:
             "eliminated": estimate.eliminated}
 
 
-def _say(args: argparse.Namespace, text: str) -> None:
-    if not getattr(args, "quiet", False):
-        print(text, file=sys.stderr)
-
-
 def add_sweep_options(cmd: argparse.ArgumentParser) -> None:
     """The options of ``sweep`` beyond the target."""
     cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml",
@@ -457,6 +452,5 @@ def add_sweep_options(cmd: argparse.ArgumentParser) -> None:
                      help=f"rounds at most (default {MAX_RUNS})")
     cmd.add_argument("--dry-run", action="store_true",
                      help="print the arms and the budget; change nothing")
-    cmd.add_argument("--quiet", action="store_true", help="no progress on stderr")
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.set_defaults(func=cmd_sweep)

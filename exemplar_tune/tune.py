@@ -24,7 +24,6 @@ Benchmark commands see ``EXEMPLAR_TUNE_HOSTS``: the comma-separated hosts being 
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from exemplar_tune.checks.run import run_checks
 from exemplar_tune.errors import crash_report
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
+from exemplar_tune.progress import say
 from exemplar_tune.remediate import changed_hosts, host_records, run_playbook
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.slurm.jobs import SUBMITTED
@@ -65,7 +65,7 @@ class LoopOptions:
     allow_reboot: bool = False
     canary: int = 0
     log_dir: Path | None = None
-    progress: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
+    progress: Callable[[str], None] = say
 
 
 @dataclass

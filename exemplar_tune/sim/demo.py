@@ -24,6 +24,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_L
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.experiments import print_gap
 from exemplar_tune.ledger import Ledger
+from exemplar_tune.progress import say
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.coll_log import coll_log_lines
 from exemplar_tune.sim.model import load_scenario, shipped_scenarios
@@ -81,6 +82,7 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
     from exemplar_tune.cli import build_parser  # the demo drives the real commands
 
     start = time.monotonic()
+    say(f"== creating the simulated cluster ({args.scenario}) in {directory} ...")
     try:
         info = create_cluster(directory, args.scenario, hosts=args.hosts, seed=args.seed)
     except ValueError as exc:
