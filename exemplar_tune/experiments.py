@@ -15,6 +15,7 @@ from exemplar_tune.benchmark import load_benchmarks
 from exemplar_tune.checks.workload import DEFAULT_GATE, performance_ratio
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
+from exemplar_tune.hostlist import compress
 from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
 from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
@@ -236,13 +237,18 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
              layers: list[str]) -> int:
     """Print the plan: per layer the knobs that would change where; the benchmarks."""
     print(f"plan (dry run, nothing changes): profile {profile['name']}")
-    run = _runner(args, check=True)
+    result = run_playbook(_runner(args, check=True), "audit", {  # every layer in one run
+        "exemplar_profile": profile, "exemplar_audit_layers": layers})
     changing = 0
     for layer in layers:
-        result = run_playbook(run, "apply", {"layer": layer, "exemplar_profile": profile})
-        changes = {h: [k["knob"] for k in d["changed"]] for h, d in result["hosts"].items()}
-        hosts = [f"{h} ({', '.join(k)})" for h, k in changes.items() if k]
-        reboot = any(d["reboot_required"] for d in result["hosts"].values())
+        knobs = {h: [k for k in d["changed"] if k["layer"] == layer]
+                 for h, d in sorted(result["hosts"].items())}
+        folded: dict[tuple[str, ...], list[str]] = {}
+        for host, changed in knobs.items():
+            if changed:
+                folded.setdefault(tuple(dict.fromkeys(k["knob"] for k in changed)), []).append(host)
+        hosts = [f"{compress(names)} ({', '.join(k)})" for k, names in folded.items()]
+        reboot = any(k["reboot_required"] for changed in knobs.values() for k in changed)
         changing += bool(hosts)
         print(f"  {layer}: " + ("; ".join(hosts) if hosts else "nothing to change")
               + (" -- needs a reboot: " + ("allowed" if args.allow_reboot else
