@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import sys
@@ -10,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from exemplar_tune.hostlist import compress, without_host
+from exemplar_tune.report_html import render
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
 COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
@@ -114,32 +114,45 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;
-text-align:left;vertical-align:top}.fail{background:#fdd}.warn{background:#ffe8b0}
-.pass{background:#e3f6e3}.skip{color:#888}code{font-size:90%}"""
+def value_text(value: Any) -> str:
+    """An observed or expected value as text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def layer_sections(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One host's results by layer: ``{layer, findings, passed, skipped}``; findings are the
+    failing and warning results with their values as text, passed the ids of the others."""
+    sections: dict[str, dict[str, Any]] = {}
+    for r in results:
+        section = sections.setdefault(r["layer"], {"layer": r["layer"], "findings": [],
+                                                   "passed": [], "skipped": []})
+        if r["status"] in ("fail", "warn"):
+            section["findings"].append(dict(r, observed=value_text(r["observed"]),
+                                            expected=value_text(r["expected"])))
+        elif r["status"] == "pass":
+            section["passed"].append(r["id"])
+        else:
+            section["skipped"].append(r)
+    return list(sections.values())
+
+
+def passed_everywhere(doc: dict[str, Any]) -> list[str]:
+    """Ids of the checks that passed on every host that ran them, in first-seen order."""
+    seen: dict[str, bool] = {}
+    for data in doc["hosts"].values():
+        for r in data["results"]:
+            seen[r["id"]] = seen.get(r["id"], True) and r["status"] == "pass"
+    return [check for check, passed in seen.items() if passed]
 
 
 def html_report(doc: dict[str, Any]) -> str:
-    """A self-contained HTML page (inline CSS, no scripts, no external resources)."""
-    esc = html.escape
-    rows = "".join(
-        f"<tr class='{g['status']}'><td>{g['status']}</td><td><code>{esc(g['id'])}</code></td>"
-        f"<td>{g['count']}/{g['total']}</td><td>{esc(g['fix'])}</td></tr>" for g in doc["groups"])
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>exemplar-tune "
-             f"preflight</title><style>{CSS}</style></head><body>",
-             f"<h1>exemplar-tune preflight — profile {esc(doc['profile'])}</h1>",
-             f"<table><tr><th>status</th><th>check</th><th>hosts</th><th>fix</th></tr>{rows}"
-             "</table>" if rows else "<p>No failing or warning check.</p>"]
-    for host, data in doc["hosts"].items():
-        cells = "".join(
-            f"<tr class='{r['status']}'><td>{r['layer']}</td><td>{r['status']}</td>"
-            f"<td><code>{esc(r['id'])}</code></td><td>{esc(r['detail'])}</td>"
-            f"<td>{esc(', '.join(r['evidence']))}</td><td>{esc(r['fix'])}</td></tr>"
-            for r in data["results"])
-        parts.append(f"<h2>{esc(host)} — {data['status']}</h2><table><tr><th>layer</th>"
-                     f"<th>status</th><th>check</th><th>finding</th><th>evidence</th>"
-                     f"<th>fix</th></tr>{cells}</table>")
-    parts += [f"<p class='fail'>{esc(h)}: unreachable — {esc(r)}</p>"
-              for h, r in doc["unreachable"].items()]
-    return "".join(parts) + "</body></html>\n"
+    """A self-contained HTML page (``templates/preflight.html.j2``, autoescaped; inline CSS,
+    no scripts, no external resources): the fleet summary, then each host by layer."""
+    hosts = [{"name": host, "status": data["status"],
+              "layers": layer_sections(data["results"])} for host, data in doc["hosts"].items()]
+    return render("preflight.html.j2", doc=doc, hosts=hosts, passed=passed_everywhere(doc),
+                  summary=", ".join(f"{count} {status}" for status, count in
+                                    sorted(doc["summary"].items(), key=lambda kv: _RANK[kv[0]])))
+
+
+_RANK = {status: rank for rank, status in enumerate(SYMBOL)}

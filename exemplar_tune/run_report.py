@@ -1,16 +1,25 @@
 """``exemplar-tune report``: one experiment as Markdown or a self-contained HTML page.
 
-The page shows each layer's decision with its numbers, a waterfall of the effect each kept
-layer had on every workload shape, and the step-time distributions of the baseline and the
-candidate runs (inline SVG, no scripts, no external resources).
+Everything comes from the ledger's ``show`` document. The page (``templates/tune.html.j2``,
+autoescaped) shows per workload shape a waterfall from the first baseline through each kept
+layer to the final measurement and the reference; each layer's decision with its interval and
+runs; the step-time distributions of the baseline and candidate runs behind every decision
+(charts: :mod:`exemplar_tune.run_charts`, inline SVG); the changes the kept layers made on
+the hosts, hosts with the same changes in one group; and the preflight before tuning. No
+scripts, no external resources.
 """
 
 from __future__ import annotations
 
-import html
+import difflib
+import statistics
 from typing import Any
 
-WIDTH, BAR_HEIGHT = 560, 22
+from exemplar_tune import run_charts
+from exemplar_tune.hostlist import compress
+from exemplar_tune.report_html import render
+
+SHOWN_LINES = 8  # of a changed file's removed or added lines
 
 
 def kept_effects(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
@@ -79,85 +88,157 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _waterfall(effects: list[tuple[str, str, float]]) -> str:
-    if not effects:
-        return "<p>No layer was kept.</p>"
-    scale = (WIDTH / 2 - 10) / max(abs(e) for _, _, e in effects)
-    bars = []
-    for row, (layer, shape, change) in enumerate(effects):
-        y, length = row * BAR_HEIGHT, abs(change) * scale
-        x = WIDTH / 2 if change >= 0 else WIDTH / 2 - length
-        label = html.escape(f"{layer} / {shape} {change:+.2%}")
-        bars.append(f"<rect x='{x:.1f}' y='{y + 3}' width='{length:.1f}' height='16' "
-                    f"fill='{'#3a7' if change >= 0 else '#c44'}'/><text x='4' y='{y + 16}' "
-                    f"font-size='12'>{label}</text>")
-    height = len(effects) * BAR_HEIGHT
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}'>"
-            f"<line x1='{WIDTH / 2}' y1='0' x2='{WIDTH / 2}' y2='{height}' stroke='#888'/>"
-            + "".join(bars) + "</svg>")
+def run_values(doc: dict[str, Any]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """The runs of every ``(layer, arm, shape)``, in run order."""
+    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for sample in doc["samples"]:
+        runs.setdefault((sample["layer"], sample["arm"], sample["shape"]), []).append(sample)
+    return runs
 
 
-def _histogram(values: list[float], colour: str, top: float, low: float, high: float) -> str:
-    bins = 30
-    counts = [0] * bins
-    for value in values:
-        index = min(bins - 1, int((value - low) / ((high - low) or 1.0) * bins))
-        counts[index] += 1
-    width = WIDTH / bins
-    return "".join(
-        f"<rect x='{i * width:.1f}' y='{100 - 100 * c / top:.1f}' width='{width - 1:.1f}' "
-        f"height='{100 * c / top:.1f}' fill='{colour}' fill-opacity='0.5'/>"
-        for i, c in enumerate(counts) if c)
+def shapes(doc: dict[str, Any]) -> list[str]:
+    """The workload shapes measured, in recorded order."""
+    summary = (doc["experiment"].get("summary") or {}).get("shapes") or {}
+    return list(dict.fromkeys([s["shape"] for s in doc["samples"]] + list(summary)))
 
 
-def _distributions(doc: dict[str, Any], layer: str) -> str:
-    arms = {arm: [v for s in doc["samples"] if s["layer"] == layer and s["arm"] == arm
-                  for v in s["samples"]] for arm in ("baseline", "candidate")}
-    if not arms["baseline"] or not arms["candidate"]:
-        return ""
-    low = min(min(v) for v in arms.values())
-    high = max(max(v) for v in arms.values())
-    top = max(len(v) for v in arms.values()) / 4 or 1
-    return (f"<h3>{html.escape(layer)}: samples per run, baseline (grey) vs candidate (green)"
-            f"</h3><svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='100'>"
-            + _histogram(arms["baseline"], "#777", top, low, high)
-            + _histogram(arms["candidate"], "#3a7", top, low, high)
-            + f"</svg><p>range {low:.4g} .. {high:.4g}</p>")
+def waterfall_data(doc: dict[str, Any], shape: str) -> dict[str, Any] | None:
+    """One shape's way from the first baseline to the final measurement; ``None`` unmeasured.
+
+    Each kept layer is a step of its measured relative change (mean of the candidate runs
+    over the mean of its baseline runs) applied to the level before it; what the steps leave
+    between their end and the final measurement is one more step, ``run-to-run drift``.
+    """
+    runs = run_values(doc)
+    mean = {key: statistics.fmean(r["value"] for r in rows) for key, rows in runs.items()}
+    order = [layer["layer"] for layer in doc["layers"] if (layer["layer"], "baseline", shape)
+             in mean]
+    if not order:
+        return None
+    summary = doc["experiment"].get("summary") or {}
+    entry = (summary.get("shapes") or {}).get(shape, {})
+    start = entry.get("before", mean[(order[0], "baseline", shape)])
+    kept = {d["layer"] for d in doc["decisions"] if d["action"] == "keep"}
+    level, steps = start, []
+    for layer in order:
+        if layer in kept and (layer, "candidate", shape) in mean:
+            ratio = mean[(layer, "candidate", shape)] / mean[(layer, "baseline", shape)] - 1
+            steps.append({"label": layer, "delta": level * ratio, "other": False})
+            level += level * ratio
+    after = entry.get("after")
+    if after is not None and abs(after - level) > 1e-9 * abs(after):
+        steps.append({"label": "run-to-run drift", "delta": after - level, "other": True})
+    return {"shape": shape, "unit": runs[(order[0], "baseline", shape)][0]["unit"],
+            "start": start, "steps": steps, "after": after,
+            "reference": entry.get("reference"), "gate": summary.get("gate")}
 
 
-def _preflight_items(doc: dict[str, Any]) -> str:
-    return "".join(f"<li>{html.escape(g['status'].upper())} {html.escape(g['id'])}: "
-                   f"{g['count']}/{g['total']} hosts</li>" for g in preflight_groups(doc))
+def decision_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per layer in order: status, decision (or none) and per shape change, interval, runs
+    (as text)."""
+    decisions = {d["layer"]: d for d in doc["decisions"]}
+    rows = []
+    for layer in doc["layers"]:
+        decision = decisions.get(layer["layer"]) or {}
+        rows.append({"layer": layer["layer"], "status": layer["status"],
+                     "action": decision.get("action"), "reason": decision.get("reason", ""),
+                     "comparisons": [_comparison_text(c)
+                                     for c in decision.get("comparisons") or []]})
+    return rows
 
 
-def _gap_table(doc: dict[str, Any]) -> str:
-    rows = gap_rows(doc)
-    if not rows:
-        return ""
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                    for row in rows)
-    return ("<table><tr><th>shape</th><th>reference</th><th>before</th><th>after</th></tr>"
-            f"{cells}</table>")
+def _comparison_text(c: dict[str, Any]) -> dict[str, str]:
+    """One shape of a decision as text: change, interval (with its confidence), runs."""
+    confidence = f"{c['confidence']:.0%}: " if "confidence" in c else ""
+    return {"shape": c["shape"], "change": f"{c['rel_change']:+.2%}",
+            "interval": f"{confidence}{c['ci_low']:+.2%} .. {c['ci_high']:+.2%}",
+            "runs": f"{c['n_baseline']} + {c['n_candidate']}", "verdict": c.get("verdict", "")}
+
+
+def distribution_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One chart per decided layer and shape with runs in both arms: ``{layer, shape, svg}``."""
+    runs = run_values(doc)
+    charts = []
+    for decision in doc["decisions"]:
+        layer = decision["layer"]
+        for shape in shapes(doc):
+            arms = {arm: runs.get((layer, arm, shape), []) for arm in ("baseline", "candidate")}
+            if not all(arms.values()):
+                continue
+            samples = {arm: [r["samples"] or [r["value"]] for r in rows]
+                       for arm, rows in arms.items()}
+            charts.append({"layer": layer, "shape": shape, "svg": run_charts.distribution(
+                layer, decision["action"], shape, arms["baseline"][0]["unit"], samples)})
+    return charts
+
+
+def host_groups(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The changes of the kept layers, hosts with identical changes in one group.
+
+    Per host and kept layer the newest record that changed something counts (a layer is
+    applied once per candidate block). ``[{hosts, hostlist, changes: [{layer, knob, path,
+    before, after}]}]``, groups in the order of their first host.
+    """
+    kept = {d["layer"] for d in doc["decisions"] if d["action"] == "keep"}
+    newest: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in doc["hosts"]:
+        if record["layer"] in kept and record["changed"]:
+            newest[(record["host"], record["layer"])] = record["changed"]
+    per_host: dict[str, list[dict[str, Any]]] = {}
+    for layer in (entry["layer"] for entry in doc["layers"]):
+        for (host, changed_layer), knobs in newest.items():
+            if changed_layer == layer:
+                per_host.setdefault(host, []).extend(_change_rows(layer, knobs))
+    groups: dict[str, dict[str, Any]] = {}
+    for host in sorted(per_host):
+        key = repr(per_host[host])
+        groups.setdefault(key, {"hosts": [], "changes": per_host[host]})["hosts"].append(host)
+    return [dict(g, hostlist=compress(g["hosts"])) for g in groups.values()]
+
+
+def _change_rows(layer: str, knobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per changed path; a knob's first row has ``span``, its number of rows."""
+    rows = []
+    for knob in knobs:
+        changes = knob.get("changes") or []
+        for index, change in enumerate(changes):
+            before, after = changed_lines(change.get("before") or "", change.get("after") or "")
+            rows.append({"layer": layer, "knob": knob["knob"], "path": change["path"],
+                         "before": before, "after": after, "span": 0 if index else len(changes),
+                         "reboot": bool(knob.get("reboot_required"))})
+    return rows
+
+
+def changed_lines(before: str, after: str) -> tuple[str, str]:
+    """What changed between two file contents: the whole of one-line values, else the
+    removed and the added lines, at most :data:`SHOWN_LINES` each."""
+    old, new = before.splitlines(), after.splitlines()
+    if len(old) <= 1 and len(new) <= 1:
+        return _shown(old, "(empty)"), _shown(new, "(empty)")
+    removed, added = [], []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, low, high, start, end in matcher.get_opcodes():
+        if tag != "equal":
+            removed += old[low:high]
+            added += new[start:end]
+    return (_shown(removed, "(empty)" if not old else "(lines added only)"),
+            _shown(added, "(empty)" if not new else "(lines removed only)"))
+
+
+def _shown(lines: list[str], nothing: str) -> str:
+    if not lines:
+        return nothing
+    more = len(lines) - SHOWN_LINES
+    return "\n".join(lines[:SHOWN_LINES]) + (f"\n... {more} more line(s)" if more > 0 else "")
 
 
 def html_page(doc: dict[str, Any]) -> str:
-    """A self-contained HTML page of the experiment."""
-    table = markdown(doc).split("\n## ")[0].splitlines()[4:]
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell.strip())}</td>"
-                                    for cell in line.strip("|").split("|")) + "</tr>"
-                   for line in table[2:] if line.startswith("|"))
-    layers = "".join(_distributions(doc, layer["layer"]) for layer in doc["layers"])
-    exp = doc["experiment"]
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>exemplar-tune "
-            f"{html.escape(exp['id'])}</title><style>body{{font-family:system-ui,sans-serif;"
-            "margin:2em}td,th{border:1px solid #ccc;padding:3px 8px}table{border-collapse:"
-            "collapse}</style></head><body>"
-            f"<h1>Experiment {html.escape(exp['id'])}</h1><p>{html.escape(exp['kind'])}, "
-            f"profile {html.escape(str(exp['profile_name']))}, status {html.escape(exp['status'])}"
-            "</p><table><tr><th>layer</th><th>status</th><th>shape</th><th>change</th>"
-            f"<th>interval</th><th>runs</th></tr>{rows}</table>"
-            f"<h2>Preflight before tuning</h2><ul>{_preflight_items(doc)}</ul>"
-            f"<h2>Gap to the reference</h2><p>{html.escape(_gate_text(doc)).replace('**', '')}"
-            f"</p>{_gap_table(doc)}"
-            f"<h2>Gap closed per kept layer</h2>{_waterfall(kept_effects(doc))}"
-            f"<h2>Step-time distributions</h2>{layers}</body></html>\n")
+    """The experiment as one self-contained HTML page (no scripts, nothing fetched)."""
+    waterfalls = [data for data in (waterfall_data(doc, shape) for shape in shapes(doc))
+                  if data is not None]
+    decisions = decision_rows(doc)
+    return render("tune.html.j2", exp=doc["experiment"], gate=_gate_text(doc).replace("**", ""),
+                  gap=gap_rows(doc), waterfalls=[run_charts.waterfall(d) for d in waterfalls],
+                  decisions=decisions, distributions=distribution_charts(doc),
+                  groups=host_groups(doc), preflight=preflight_groups(doc),
+                  restored=[r["layer"] for r in decisions if r["action"] == "restore"])

@@ -1,61 +1,23 @@
 """``exemplar-tune report`` of a sweep: every candidate's result per shape and message size.
 
 The figures come from the ledger alone: per arm, shape and size the mean of the runs and its
-90 % Student t interval, next to the incumbent's, and each step's choice. The HTML page is a
-jinja2 template (autoescaped) with one chart per shape, drawn by matplotlib as inline SVG
-(axes, units, one series per size, interval bars): no scripts, no external resources.
+90 % Student t interval, next to the incumbent's, and each step's choice. The HTML page is
+``templates/sweep.html.j2`` (autoescaped) with one chart per shape, drawn by matplotlib as
+inline SVG (axes, units, one series per size, interval bars): no scripts, no external
+resources (see :mod:`exemplar_tune.report_html`).
 """
 
 from __future__ import annotations
 
-import io
 import math
 import statistics
 from typing import Any
 
-import jinja2
+from markupsafe import Markup
 
 from exemplar_tune.diagnose.nccl_tests import human
+from exemplar_tune.report_html import axis_label, new_figure, render, svg
 from exemplar_tune.stats import CONFIDENCE, t_ppf
-
-_TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
-    """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>exemplar-tune sweep {{ exp.id }}</title>
-<style>
-body { font: 15px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
-       padding: 0 1em; color: #1d1d1f; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: .3em .7em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.chosen { font-weight: 600; }
-figure { margin: 1.5em 0; } figure svg { max-width: 100%; height: auto; }
-@media print { body { margin: 0; } }
-</style></head><body>
-<h1>Sweep {{ exp.id }}</h1>
-<p>{{ exp.status }}; fabric {{ fabric }}; started {{ exp.started_at }}.
-Chosen: <b>{{ chosen }}</b>{% if validation %}; validation on training
-({{ validation.experiment }}): <b>{{ validation.action }}</b>{% endif %}.</p>
-{% for step in steps %}
-<h2>{{ step.step }}: {{ step.outcome }} {{ step.chosen }} after {{ step.rounds }} rounds</h2>
-<table><tr><th>arm</th><th>runs</th><th>change vs incumbent</th><th>interval</th>
-<th>passes</th><th>left the race</th></tr>
-{% for arm in step.arms %}<tr{% if arm.arm == step.chosen %} class="chosen"{% endif %}>
-<td>{{ arm.arm }}</td><td>{{ arm.runs }}</td><td>{{ "%+.2f"|format(100 * arm.rel_change) }} %</td>
-<td>[{{ "%+.2f"|format(100 * arm.ci_low) }}, {{ "%+.2f"|format(100 * arm.ci_high) }}] %</td>
-<td>{{ "yes" if arm.passes else "no" }}</td><td>{{ arm.eliminated }}</td></tr>
-{% endfor %}</table>
-{% endfor %}
-<h2>Results per shape and message size</h2>
-<table><tr><th>shape</th><th>size</th><th>arm</th><th>runs</th><th>mean</th>
-<th>{{ confidence }} interval</th></tr>
-{% for row in rows %}<tr><td>{{ row.shape }}</td><td>{{ row.size }}</td><td>{{ row.arm }}</td>
-<td>{{ row.runs }}</td><td>{{ "%.4g"|format(row.mean) }} {{ row.unit }}</td>
-<td>{{ row.interval }}</td></tr>
-{% endfor %}</table>
-{% for chart in charts %}<figure>{{ chart|safe }}</figure>{% endfor %}
-</body></html>
-""")
 
 
 def size_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -120,25 +82,18 @@ def html_page(doc: dict[str, Any]) -> str:
     exp = doc["experiment"]
     summary = (exp.get("summary") or {}).get("sweep", {})
     rows = size_rows(doc)
-    return _TEMPLATE.render(exp=exp, fabric=summary.get("fabric", {}),
-                            chosen=summary.get("chosen", "-"),
-                            validation=summary.get("validation"), steps=_steps(doc), rows=rows,
-                            confidence=f"{CONFIDENCE:.0%}",
-                            charts=[chart(rows, shape) for shape in
-                                    dict.fromkeys(r["shape"] for r in rows)])
+    return render("sweep.html.j2", exp=exp, fabric=summary.get("fabric", {}),
+                  chosen=summary.get("chosen", "-"), validation=summary.get("validation"),
+                  steps=_steps(doc), rows=rows, confidence=f"{CONFIDENCE:.0%}",
+                  charts=[chart(rows, shape) for shape in dict.fromkeys(r["shape"] for r in rows)])
 
 
-def chart(rows: list[dict[str, Any]], shape: str) -> str:
-    """One shape's means per arm (x) and size (series), with interval bars, as SVG text."""
-    import matplotlib
-
-    matplotlib.use("svg")
-    from matplotlib.figure import Figure
-
+def chart(rows: list[dict[str, Any]], shape: str) -> Markup:
+    """One shape's means per arm (x) and size (series), with interval bars, as inline SVG."""
     mine = [r for r in rows if r["shape"] == shape]
     arms = list(dict.fromkeys(r["arm"] for r in mine))
     sizes = list(dict.fromkeys(r["size"] for r in mine))
-    figure = Figure(figsize=(9, 4.2))
+    figure = new_figure(9, 4.2)
     axes = figure.subplots()
     width = 0.8 / max(1, len(sizes))
     for index, size in enumerate(sizes):
@@ -156,13 +111,7 @@ def chart(rows: list[dict[str, Any]], shape: str) -> str:
         xlabel = "arm (NCCL settings)"
     axes.set_xticks(range(len(arms)), ticks, fontsize=8)
     axes.set_xlabel(xlabel)
-    unit = mine[0]["unit"] if mine else ""
-    better = "higher" if unit.endswith("/s") else "lower"
-    axes.set_ylabel(f"{shape} ({unit}), {better} is better")
+    axes.set_ylabel(axis_label(shape, mine[0]["unit"] if mine else ""))
     axes.set_title(f"{shape}: mean of the runs per arm, {CONFIDENCE:.0%} interval")
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    return svg(figure, f"sweep-{shape}")

@@ -89,7 +89,8 @@ def test_a_helpful_layer_is_kept(setup):
     assert out.returncode == 0, out.stderr
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "<script" not in text
-    assert "fabric / dense +" in text  # the waterfall bar of the kept layer
+    assert ">fabric</text>" in text  # the waterfall's step of the kept layer
+    assert "dense step time (ms), lower is better" in text
     assert text.count("<svg") == 2  # waterfall + the layer's step-time distributions
     markdown = cli("report", "latest").stdout
     assert "| fabric | kept | dense |" in markdown

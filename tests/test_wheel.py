@@ -30,6 +30,9 @@ def test_wheel_in_fresh_venv(tmp_path):
                  "exemplar_tune/profiles/schema.json",
                  "exemplar_tune/schemas/preflight-result.schema.json",
                  "exemplar_tune/checks/cpu.py", "exemplar_tune/diagnose/perf.py",
+                 "exemplar_tune/templates/base.html.j2", "exemplar_tune/templates/tune.html.j2",
+                 "exemplar_tune/templates/preflight.html.j2",
+                 "exemplar_tune/templates/sweep.html.j2",
                  "ansible_collections/exemplar/tune/roles/cpu/tasks/main.yml",
                  "ansible_collections/exemplar/tune/plugins/lookup/layers.py",
                  "ansible_collections/exemplar/tune/playbooks/audit.yml"):

@@ -1,0 +1,210 @@
+"""The HTML reports as a browser shows them.
+
+A real tune experiment (two hosts of the simulated cluster, the cpu and runtime layers) and a
+real preflight of fixture hosts are rendered by exemplar-tune, then opened in headless
+Chromium at 1280 px: a screenshot, and the page's widths read by a script added to a test
+copy (the shipped page has no script). Chromium comes from .ci/packages.txt; without it these
+tests fail.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from defusedxml import ElementTree
+from markupsafe import escape
+
+from exemplar_tune.preflight_report import html_report
+from exemplar_tune.run_report import html_page
+from exemplar_tune.sim.cluster import create_cluster
+from tests.conftest import SYSROOTS
+from tests.test_cli import cli
+
+WIDTH = 1280
+SVG = "{http://www.w3.org/2000/svg}"
+HOSTILE = '<script>alert("x")</script>'
+LONG = "n" * 400  # one word wider than the page
+PROBE = """<script>
+const root = document.documentElement;
+const wide = [...document.querySelectorAll("body *")].filter(e => !e.closest("svg")
+  && e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1);
+document.title = JSON.stringify({scroll: root.scrollWidth, client: root.clientWidth,
+  wide: wide.slice(0, 5).map(e => e.tagName + ":" + e.textContent.slice(0, 60))});
+</script>"""
+
+
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("chromium is not installed: apt-get install chromium (.ci/packages.txt)")
+    return path
+
+
+def browse(page, tmp_path):
+    """Screenshot ``page`` at 1280 px, then return the widths a test copy measures."""
+    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+            f"--window-size={WIDTH},900", f"--user-data-dir={tmp_path / 'chromium'}"]
+    env = dict(os.environ, HOME=str(tmp_path))
+    shot = tmp_path / f"{page.stem}.png"
+    out = subprocess.run([*argv, f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                         text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == WIDTH
+    probe = tmp_path / f"{page.stem}-probe.html"
+    probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    out = subprocess.run([*argv, "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                         env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(html.unescape(re.search(r"<title>(.*?)</title>", out.stdout, re.S)[1]))
+
+
+def assert_fits(page, tmp_path):
+    widths = browse(page, tmp_path)
+    assert widths["scroll"] <= widths["client"] <= WIDTH, widths
+    assert widths["wide"] == [], widths
+
+
+def assert_self_contained(text):
+    """No script, nothing fetched (the only URLs are SVG namespace names), print CSS."""
+    assert text.startswith("<!DOCTYPE html>")
+    assert "<script" not in text.lower()
+    rest = re.sub(r'xmlns(:\w+)?="http://www\.w3\.org/[\w/.]+"', "", text)
+    assert "http://" not in rest and "https://" not in rest and "@import" not in rest
+    assert "@media print" in text
+
+
+def chart_labels(text):
+    """Per inline SVG chart: its axes' x and y labels (every axes must have both)."""
+    charts = []
+    for chart in re.findall(r"<svg\b.*?</svg>", text, re.S):
+        root = ElementTree.fromstring(chart)
+        groups = list(root.iter(f"{SVG}g"))
+        axes = [g for g in groups if re.fullmatch(r"axes_\d+", g.get("id", ""))]
+        labels = {letter: ["".join(g.itertext()).strip() for g in groups
+                           if g.get("id", "").endswith(f"-{letter}-label")] for letter in "xy"}
+        assert len(axes) >= 1 and len(labels["x"]) == len(labels["y"]) == len(axes), labels
+        assert all(labels["x"] + labels["y"]), labels
+        charts.append(labels)
+    return charts
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A finished tune of the cpu and runtime layers on two simulated hosts: its ledger
+    document and the directory it ran in."""
+    directory = tmp_path_factory.mktemp("tuned")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(directory / "state"))
+        cluster = directory / "c"
+        create_cluster(cluster, "gb300-exemplar-gap", hosts=2)
+        out = cli("tune", "-i", str(cluster / "inventory.yml"), "--profile",
+                  str(cluster / "profile.yaml"), "--bench", str(cluster / "bench.yaml"),
+                  "--layer", "cpu", "--layer", "runtime")
+        assert out.returncode in (0, 1), out.stdout + out.stderr
+        doc = json.loads(cli("show", "latest", "--format", "json").stdout)
+        page = directory / "tune.html"
+        out = cli("report", "latest", "--format", "html", "--output", str(page))
+        assert out.returncode == 0, out.stderr
+        markdown = cli("report", "latest").stdout
+    return doc, page, markdown
+
+
+@pytest.mark.system
+def test_tune_report_shows_the_way_to_the_reference_and_fits_1280_px(tuned, tmp_path):
+    doc, page, markdown = tuned
+    text = page.read_text()
+    assert_self_contained(text)
+    kept = [d for d in doc["decisions"] if d["action"] == "keep"]
+    assert kept, "the gb300 gap scenario keeps the cpu and runtime layers"
+    shapes = sorted({s["shape"] for s in doc["samples"]})
+    charts = chart_labels(text)
+    # a waterfall per shape, a distribution per decided layer and shape
+    assert len(charts) == len(shapes) * (1 + len(doc["decisions"]))
+    labels = [label for chart in charts for label in chart["x"] + chart["y"]]
+    for shape in shapes:
+        assert f"{shape} step time (ms), lower is better" in labels
+        reference = doc["experiment"]["summary"]["shapes"][shape]["reference"]
+        assert f"reference {reference:g} ms" in text
+    assert "kept layers, in the order they were measured" in charts[0]["x"]
+    assert all(chart["y"] == ["steps per bin"] for chart in charts[len(shapes):])
+    for decision in kept:
+        for c in decision["comparisons"]:
+            assert (f"{c['confidence']:.0%}: {c['ci_low']:+.2%} .. {c['ci_high']:+.2%}"
+                    in text), c
+            assert f"{c['n_baseline']} + {c['n_candidate']}" in text
+    # both hosts made the same changes: one group naming both, each path once
+    assert "2 hosts: node01, node02" in text
+    assert text.count("<code>/proc/sys/kernel/numa_balancing</code>") == 1
+    assert "| cpu | kept |" in markdown and "## Gap to the reference" in markdown
+    assert_fits(page, tmp_path)
+
+    hostile = json.loads(json.dumps(doc).replace('"node02"', json.dumps(HOSTILE + LONG))
+                         .replace('"moe"', json.dumps("moe <&>")))
+    page = tmp_path / "hostile.html"
+    page.write_text(html_page(hostile))
+    text = page.read_text()
+    assert_self_contained(text)
+    assert "&lt;script&gt;alert(" in text and "moe &lt;&amp;&gt; step time (ms)" in text
+    assert len(chart_labels(text)) == len(charts)
+    assert_fits(page, tmp_path)
+
+
+def fleet_doc(tmp_path):
+    """Preflight of three fixture hosts (two with findings, one healthy) as JSON, and the
+    HTML page exemplar-tune writes for it."""
+    inventory = {"all": {"hosts": {}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    for name, tree in (("node1", "h100-x86"), ("node2", "h100-x86"), ("node3", "healthy-h100")):
+        inventory["all"]["hosts"][name] = {"exemplar_sysroot": str(SYSROOTS / tree)}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    page = tmp_path / "preflight.html"
+    common = ("preflight", "-i", str(path), "--profile", "h100-x86")
+    out = cli(*common, "--format", "html", "--output", str(page))
+    assert out.returncode == 1 and out.stdout.strip() == f"wrote {page}", out.stderr
+    return json.loads(cli(*common, "--format", "json").stdout), page
+
+
+def test_preflight_report_details_findings_only_and_fits_1280_px(tmp_path):
+    doc, page = fleet_doc(tmp_path)
+    text = page.read_text()
+    assert_self_contained(text)
+    assert text.index("Fleet summary") < text.index("<h2>node1")
+    for g in doc["groups"]:  # check, status, host count
+        assert re.search(rf'<code>{re.escape(g["id"])}</code>.*?<td class="{g["status"]}">'
+                         rf'{g["status"]}</td>\s*<td class="num">{g["count"]} / {g["total"]}',
+                         text, re.S), g["id"]
+    results = {r["id"]: r for r in doc["hosts"]["node1"]["results"]}
+    failing = [r for r in results.values() if r["status"] in ("fail", "warn")]
+    for r in failing:
+        for field in ("risk", "fix", "detail"):
+            assert str(escape(r[field])) in text, (r["id"], field)
+        observed = r["observed"] if isinstance(r["observed"], str) else json.dumps(
+            r["observed"], separators=(", ", ": "))
+        assert str(escape(observed)) in text, r["id"]
+    fixes = {r["fix"] for r in failing}
+    passing = [r for r in results.values() if r["status"] == "pass" and r["fix"] not in fixes]
+    assert passing, "h100-x86 passes some checks"
+    for r in passing:
+        assert f"<code>{r['id']}</code>" in text
+        assert str(escape(r["fix"])) not in text, r["id"]
+    assert_fits(page, tmp_path)
+
+    hostile = json.loads(json.dumps(doc).replace('"node2"', json.dumps(HOSTILE)))
+    first = hostile["hosts"]["node1"]["results"][0]
+    first.update(title=HOSTILE, observed="x" * 600, evidence=["/" + LONG])
+    page = tmp_path / "hostile.html"
+    page.write_text(html_report(hostile))
+    text = page.read_text()
+    assert_self_contained(text)
+    assert text.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;") >= 2
+    assert_fits(page, tmp_path)
