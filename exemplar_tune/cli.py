@@ -123,10 +123,12 @@ exit codes: 0 no drift, 1 drift or a host failed or was unreachable, 2 usage/inp
 DIAGNOSE_EPILOG = """examples:
   exemplar-tune diagnose turbostat.txt numastat.txt perf-report.txt
   exemplar-tune diagnose megatron.log --format json
+  exemplar-tune diagnose nvidia-smi-q.txt              pasted 'nvidia-smi -q' (or -q -x XML)
   exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
 
 Recognised from the content: turbostat, numastat (default and -p), perf report/top,
-step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs.
+step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
+nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML.
 Every finding names the layer and the preflight check it bears on.
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """

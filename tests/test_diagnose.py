@@ -22,7 +22,7 @@ from exemplar_tune.diagnose import (
     steptime,
     turbostat,
 )
-from exemplar_tune.diagnose.base import SIGNAL_CHECKS, finding
+from exemplar_tune.diagnose.base import KINDS_TEXT, SIGNAL_CHECKS, finding
 from tests.conftest import SAMPLES
 from tests.test_cli import cli
 
@@ -457,11 +457,10 @@ def test_bad_input_is_one_line_error(tmp_path, name, data):
 
 
 def refusal(path, name):
+    assert KINDS_TEXT.startswith("turbostat, numastat, perf, step-time log, nccl-tests, NCCL ")
     if name in ("garbage", "nul"):
-        return (f"{path}: binary content, not a text capture (turbostat, numastat, perf, "
-                "step-time log, nccl-tests, NCCL debug log)")
-    return (f"{path}: not a recognised format (turbostat, numastat, perf, step-time log, "
-            "nccl-tests, NCCL debug log)")
+        return f"{path}: binary content, not a text capture ({KINDS_TEXT})"
+    return f"{path}: not a recognised format ({KINDS_TEXT})"
 
 
 def test_unreadable_path(tmp_path):

@@ -140,18 +140,48 @@ def test_bdf_garbage(text):
     ("bomb", BOMB, "unsafe XML refused"),
     ("xxe", XXE, "unsafe XML refused"),
     ("other document", "<system><gpu id='0000:01:00.0'/></system>", "not <nvidia_smi_log>"),
-    ("gpu without id", "<nvidia_smi_log><gpu><uuid>GPU-1</uuid></gpu></nvidia_smi_log>",
-     "<gpu> has no id"),
-    ("bad gpu id", '<nvidia_smi_log><gpu id="slot 1"/></nvidia_smi_log>', "not a PCI address"),
-    ("bad number", minimal("<temperature><gpu_temp>warm</gpu_temp></temperature>"),
-     "not a number"),
-    ("bad pci id", minimal("<pci><pci_device_id>2330</pci_device_id></pci>"), "8-digit PCI id"),
 ])
 def test_parse_nvidia_smi_errors(name, text, reason):
     with pytest.raises(ParseError) as err:
         nvidia_smi.parse_nvidia_smi(text, "nvidia-smi -q -x")
     assert reason in err.value.reason, name
     assert err.value.path.startswith("nvidia-smi -q -x")
+
+
+PRODUCT = "<product_name>NVIDIA H100 80GB HBM3</product_name>"
+
+
+@pytest.mark.parametrize(("name", "text", "key", "path", "reason"), [
+    ("gpu without id", f"<nvidia_smi_log><gpu>{PRODUCT}</gpu></nvidia_smi_log>", "bdf",
+     "nvidia-smi -q -x", "<gpu> has no id"),
+    ("bad gpu id", f'<nvidia_smi_log><gpu id="slot 1">{PRODUCT}</gpu></nvidia_smi_log>', "bdf",
+     "nvidia-smi -q -x: <gpu id>", "not a PCI address"),
+    ("bad number", minimal(f"{PRODUCT}<temperature><gpu_temp>warm</gpu_temp></temperature>"),
+     "temperature_c", "nvidia-smi -q -x: <gpu_temp>", "not a number"),
+    ("bad pci id", minimal(f"{PRODUCT}<pci><pci_device_id>2330</pci_device_id></pci>"),
+     "pci_device_id", "nvidia-smi -q -x: <pci/pci_device_id>", "8-digit PCI id"),
+    ("redacted pci id", minimal(f"{PRODUCT}<pci><pci_device_id>[REDACTED]</pci_device_id></pci>"),
+     "pci_device_id", "nvidia-smi -q -x: <pci/pci_device_id>", "'[REDACTED]'"),
+    ("bad flag", minimal(f"{PRODUCT}<persistence_mode>Maybe</persistence_mode>"),
+     "persistence_mode", "nvidia-smi -q -x: <persistence_mode>", "not a yes/no value"),
+])
+def test_bad_field_is_none_with_an_error(name, text, key, path, reason):
+    """One field that cannot be read is None and named in errors; the GPU is still read."""
+    have = nvidia_smi.parse_nvidia_smi(text, "nvidia-smi -q -x")
+    (gpu,) = have["gpus"]
+    assert gpu[key] is None, name
+    assert gpu["product_name"] == "NVIDIA H100 80GB HBM3"
+    (error,) = have["errors"]
+    assert (error["fact"], error["path"]) == ("gpus.0", path)
+    assert reason in error["error"]
+
+
+def test_attached_gpus_beyond_the_listed_is_an_error():
+    have = nvidia_smi.parse_nvidia_smi(sample_xml(L4))
+    assert (have["attached_gpus"], len(have["gpus"])) == (2, 1)
+    assert have["errors"] == [{"fact": "attached_gpus", "path": "nvidia-smi -q -x",
+                               "error": "attached_gpus is 2 but 1 GPU(s) listed: a cut or "
+                                        "partial capture"}]
 
 
 def test_sample_a100_driver_510_old_names():
@@ -490,7 +520,9 @@ def test_live_dmesg_restricted(monkeypatch):
     facts = layer_gpu.gather(Sysroot("/"))
     assert (facts["present"], facts["count"], facts["source"]) == (True, 1, "nvidia-smi")
     assert facts["xids"] is None
-    assert facts["errors"] == [{
+    # the L4 excerpt declares 2 attached GPUs and keeps one: that is reported first
+    assert [e["fact"] for e in facts["errors"]] == ["attached_gpus", "xids"]
+    assert facts["errors"][1:] == [{
         "fact": "xids", "path": "dmesg",
         "error": "exit status 1: dmesg: read kernel buffer failed: Operation not permitted"}]
 

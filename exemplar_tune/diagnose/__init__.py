@@ -1,7 +1,8 @@
 """``exemplar-tune diagnose FILE...``: findings from captured signals, one analyzer per format.
 
 The format is recognised from the content, never the file name: turbostat, numastat, perf
-report/top, training step-time logs, nccl-tests results and NCCL debug logs. Each finding names
+report/top, training step-time logs, nccl-tests results, NCCL debug logs and nvidia-smi ``-q``
+text or ``-q -x`` XML. Each finding names
 a layer and a check id, so a file's findings line up with the preflight checks.
 """
 
@@ -9,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from exemplar_tune.diagnose import nccl_log, nccl_tests, numastat, perf, steptime, turbostat
+from exemplar_tune.diagnose import (
+    nccl_log,
+    nccl_tests,
+    numastat,
+    nvidia_smi,
+    perf,
+    steptime,
+    turbostat,
+)
 from exemplar_tune.diagnose.base import (
     KINDS_TEXT,
     Analyzer,
@@ -28,7 +37,7 @@ __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compa
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER,
+    nvidia_smi.ANALYZER, turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 

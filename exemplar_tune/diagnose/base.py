@@ -19,7 +19,8 @@ from exemplar_tune.checks import CHECKS
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 STATUSES = (PASS, WARN, FAIL, INFO)
-KINDS_TEXT = "turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log"
+KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log, "
+              "nvidia-smi -q / -q -x")
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
     "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",

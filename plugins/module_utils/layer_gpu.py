@@ -1,34 +1,53 @@
 """gpu-layer facts: GPU inventory and health, and the Xid events in the kernel log.
 
-Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); on a live host
-without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`nvml`). Xid events come
-from the kernel log (:mod:`xid`). Having no GPU, no driver or no nvidia-smi is an answer
+Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); in a captured
+sysroot without the XML, from the plain-text ``nvidia-smi -q`` (:mod:`nvidia_smi_text`); on a
+live host without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`nvml`). Xid
+events come from the kernel log (:mod:`xid`). Having no GPU, no driver or no nvidia-smi is an answer
 (``present: False`` with a ``reason``), not an error; an output that cannot be understood
-(malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry.
+(malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry;
+a single field that cannot be read is ``None`` plus an ``errors`` entry naming it (``gpus.N``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import nvidia_smi, nvml, xid
+from ansible_collections.exemplar.tune.plugins.module_utils import (
+    nvidia_smi,
+    nvidia_smi_text,
+    nvml,
+    xid,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     HostStateError,
     NotSupported,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
+
+
+def _nvidia_smi(root: Sysroot) -> tuple[dict[str, Any], str]:
+    """(report, its source): the XML; in a sysroot that has only the text, the text."""
+    try:
+        return nvidia_smi.read_nvidia_smi(root), nvidia_smi.SOURCE
+    except nvidia_smi.NoGpu:
+        raise
+    except NotSupported:
+        if root.live or not root.exists(f"{COMMANDS_DIR}/{nvidia_smi_text.COMMAND}"):
+            raise
+    return nvidia_smi_text.read_nvidia_smi_text(root), nvidia_smi_text.SOURCE
 
 
 def _inventory(root: Sysroot, sheet: FactSheet,
                nvml_ok: bool) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """(report, where it came from, why there is none); errors go to ``sheet``."""
+    """(report, its source, why there is none); errors go to ``sheet``."""
     try:
-        return nvidia_smi.read_nvidia_smi(root), "nvidia-smi", None
+        return (*_nvidia_smi(root), None)
     except NotSupported as exc:
         report = nvml.read_nvml(root) if nvml_ok else None
         if report is not None:
-            return report, "nvml", None
+            return report, nvml.SOURCE, None
         return None, None, f"{exc.path}: {exc.reason}"
     except HostStateError as exc:
         sheet.error("present", exc)
@@ -45,20 +64,32 @@ def _present(report: dict[str, Any] | None, why_not: str | None) -> tuple[bool |
 
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    count, gpus, xids, nvml; plus ``sources`` and ``errors``)."""
+    attached_gpus, count, gpus, xids, nvml; plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
-    report, origin, why_not = _inventory(root, sheet, status["available"])
-    present, reason = _present(report, why_not)
-    src = nvml.SOURCE if origin == "nvml" else nvidia_smi.SOURCE
-    sheet.put("present", present, src)
-    sheet.put("reason", reason, src)
-    sheet.put("source", origin, src)
-    for key in ("driver_version", "cuda_version"):
-        sheet.put(key, report[key] if report else None, src)
-    known = present is not None
-    sheet.put("count", len(report["gpus"]) if report else (0 if known else None), src)
-    sheet.put("gpus", report["gpus"] if report else ([] if known else None), src)
+    report, src, why_not = _inventory(root, sheet, status["available"])
+    put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
     sheet.attempt("xids", xid.SOURCE, xid.read_xid_events, root)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
+
+
+def put_report(sheet: FactSheet, report: dict[str, Any] | None, src: str,
+               why_not: str | None = None) -> None:
+    """The inventory facts of one report (nvidia-smi XML or text, or NVML) into ``sheet``.
+
+    ``report`` ``None`` means none: no GPU when ``why_not`` says why, else unknown. The
+    report's own ``errors`` (fields it could not read) become the sheet's.
+    """
+    present, reason = _present(report, why_not)
+    sheet.put("present", present, src)
+    sheet.put("reason", reason, src)
+    sheet.put("source", None if report is None else
+              "nvml" if src == nvml.SOURCE else "nvidia-smi", src)
+    for key in ("driver_version", "cuda_version", "attached_gpus"):
+        sheet.put(key, report.get(key) if report else None, src)
+    known = present is not None
+    sheet.put("count", len(report["gpus"]) if report else (0 if known else None), src)
+    sheet.put("gpus", report["gpus"] if report else ([] if known else None), src)
+    for err in (report or {}).get("errors", []):
+        sheet.error(err["fact"], HostStateError(err["path"], err["error"]))

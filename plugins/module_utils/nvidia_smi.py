@@ -12,6 +12,11 @@ counters changed layout in R550 (``sram_uncorrectable`` split into ``_parity`` a
 ``_secded``); both are folded into the same keys. The temperature thresholds changed meaning
 (absolute before R535, relative to T.Limit after), so they are kept apart, not aliased.
 
+A field that cannot be read (``[REDACTED]`` in ``<pci_device_id>``, an unknown unit) is
+``None`` with an entry in the report's ``errors``; it never loses the other fields or GPUs.
+The plain-text report (``nvidia-smi -q``) is read by :mod:`nvidia_smi_text` into the same
+tree and then through :func:`parse_log`, so both forms give the same facts.
+
 The XML comes from an external command and is parsed only through ``safe_xml.parse_xml``.
 """
 
@@ -22,6 +27,7 @@ import xml.etree.ElementTree as ET  # noqa: S405 - only for the Element type; pa
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    HostStateError,
     NotSupported,
     ParseError,
 )
@@ -65,10 +71,21 @@ NO_GPU_MESSAGES = (
     "Failed to initialize NVML: Driver/library version mismatch",
 )
 NOT_AVAILABLE = {"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error",
-                 "[Unknown Error]", "Insufficient Permissions", "[Insufficient Permissions]"}
+                 "[Unknown Error]", "Insufficient Permissions", "[Insufficient Permissions]",
+                 "Requested functionality has been deprecated"}  # R580+: app clocks, display
+# clocks_mhz key -> tag path under <gpu> (values in MHz).
+CLOCK_KEYS: dict[str, str] = {
+    "graphics": "clocks/graphics_clock", "sm": "clocks/sm_clock", "memory": "clocks/mem_clock",
+    "max_graphics": "max_clocks/graphics_clock", "max_sm": "max_clocks/sm_clock",
+    "max_memory": "max_clocks/mem_clock",
+    "app_graphics": "applications_clocks/graphics_clock",
+    "app_memory": "applications_clocks/mem_clock",
+}
+# Attribute the plain-text reader sets on the elements it builds: where the value was read.
+AT_ATTR = "at"
 _QUANTITY = re.compile(r"(-?\d+(?:\.\d+)?)\s*(\S*)")
 _BDF = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?")
-_PCI_ID = re.compile(r"([0-9a-fA-F]{4})([0-9a-fA-F]{4})")
+_PCI_ID = re.compile(r"(?:0[xX])?([0-9a-fA-F]{4})([0-9a-fA-F]{4})")  # 233010DE, 0x233010DE
 
 
 class NoGpu(NotSupported):
@@ -105,7 +122,8 @@ def sysfs_bdf(text: str) -> str:
 # -- leaves ----------------------------------------------------------------------------------
 
 
-def _canonical(tag: str) -> str:
+def canonical_tag(tag: str) -> str:
+    """The current name of a tag (:data:`TAG_ALIASES`, :data:`PREFIX_ALIASES`)."""
     if tag in TAG_ALIASES:
         return TAG_ALIASES[tag]
     for old, new in PREFIX_ALIASES.items():
@@ -117,7 +135,7 @@ def _canonical(tag: str) -> str:
 def apply_aliases(elem: ET.Element) -> ET.Element:
     """Rename older driver tags to the current names, in place, throughout ``elem``."""
     for node in elem.iter():
-        node.tag = _canonical(node.tag)
+        node.tag = canonical_tag(node.tag)
     return elem
 
 
@@ -157,68 +175,102 @@ def parse_flag(text: str | None, source: str) -> bool | None:
     raise ParseError(source, text, "not a yes/no value")
 
 
-def _num(elem: ET.Element | None, path: str, units: tuple[str, ...], source: str) -> Any:
-    return parse_quantity(_text(elem, path), units, f"{source}: <{path}>")
-
-
-def _flag(elem: ET.Element | None, path: str, source: str) -> bool | None:
-    return parse_flag(_text(elem, path), f"{source}: <{path}>")
-
-
 def _sum(*values: int | None) -> int | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
 
 
+class Fields:
+    """Leaf reads for one fact (``gpus.3``): a leaf that cannot be read is ``None`` plus an error.
+
+    One bad field (a ``[REDACTED]`` PCI id, a unit nvidia-smi never printed before) must not
+    lose the rest of the report: the value becomes ``None`` and ``errors`` gets a
+    ``{"fact", "path", "error"}`` entry (the gatherer's error form) whose path names the field:
+    ``<pci/pci_device_id>`` in the XML, the line and label in the plain-text report.
+    """
+
+    def __init__(self, source: str, fact: str, errors: list[dict[str, str]]) -> None:
+        self.source, self.fact, self.errors = source, fact, errors
+
+    def where(self, elem: ET.Element | None, path: str) -> str:
+        """``source: <path>``, or ``source: line N (Label)`` for a node built from text."""
+        node = elem.find(path) if elem is not None else None
+        at = node.get(AT_ATTR) if node is not None else None
+        return f"{self.source}: {at}" if at else f"{self.source}: <{path}>"
+
+    def fail(self, exc: HostStateError) -> None:
+        """Record a field that could not be read."""
+        self.errors.append({"fact": self.fact, "path": exc.path, "error": exc.reason})
+
+    def num(self, elem: ET.Element | None, path: str, units: tuple[str, ...]) -> Any:
+        """:func:`parse_quantity` of ``elem/path``; ``None`` (and an error) when malformed."""
+        try:
+            return parse_quantity(_text(elem, path), units, self.where(elem, path))
+        except ParseError as exc:
+            self.fail(exc)
+            return None
+
+    def flag(self, elem: ET.Element | None, path: str) -> bool | None:
+        """:func:`parse_flag` of ``elem/path``; ``None`` (and an error) when malformed."""
+        try:
+            return parse_flag(_text(elem, path), self.where(elem, path))
+        except ParseError as exc:
+            self.fail(exc)
+            return None
+
+
 # -- sections of one <gpu> -------------------------------------------------------------------
 
 
-def _pci_ids(gpu: ET.Element, source: str) -> dict[str, str | None]:
+def _pci_ids(gpu: ET.Element, f: Fields) -> dict[str, str | None]:
     raw = _text(gpu, "pci/pci_device_id")
-    if raw is None:
+    match = _PCI_ID.fullmatch(raw) if raw is not None else None
+    if raw is not None and match is None:
+        f.fail(ParseError(f.where(gpu, "pci/pci_device_id"), raw, "not an 8-digit PCI id"))
+    if match is None:
         return {"pci_vendor_id": None, "pci_device_id": None}
-    match = _PCI_ID.fullmatch(raw)
-    if not match:
-        raise ParseError(f"{source}: <pci_device_id>", raw, "not an 8-digit PCI id")
     return {"pci_vendor_id": "0x" + match.group(2).lower(),
             "pci_device_id": "0x" + match.group(1).lower()}
 
 
-def _address(gpu: ET.Element, source: str) -> dict[str, str]:
+def _address(gpu: ET.Element, f: Fields) -> dict[str, str | None]:
     raw = gpu.get("id") or _text(gpu, "pci/pci_bus_id")
     if raw is None:
-        raise ParseError(source, ET.tostring(gpu, encoding="unicode")[:60], "<gpu> has no id")
+        f.fail(ParseError(f.source, ET.tostring(gpu, encoding="unicode")[:60], "<gpu> has no id"))
+        return {"bdf": None, "sysfs_bdf": None}
     try:
         return {"bdf": normalize_bdf(raw), "sysfs_bdf": sysfs_bdf(raw)}
     except ValueError:
-        raise ParseError(f"{source}: <gpu id>", raw, "not a PCI address") from None
+        f.fail(ParseError(f"{f.source}: <gpu id>", raw, "not a PCI address"))
+        return {"bdf": None, "sysfs_bdf": None}
 
 
-def _identity(gpu: ET.Element, index: int, source: str) -> dict[str, Any]:
+def _identity(gpu: ET.Element, index: int, f: Fields) -> dict[str, Any]:
     return {
         "index": index,
         "product_name": _text(gpu, "product_name"),
         "product_brand": _text(gpu, "product_brand"),
         "architecture": _text(gpu, "product_architecture"),
-        **_address(gpu, source),
-        **_pci_ids(gpu, source),
+        **_address(gpu, f),
+        **_pci_ids(gpu, f),
         "uuid": _text(gpu, "uuid"),
         "serial": _text(gpu, "serial"),
         "vbios_version": _text(gpu, "vbios_version"),
-        "minor_number": _num(gpu, "minor_number", ("",), source),
-        "persistence_mode": _flag(gpu, "persistence_mode", source),
+        "minor_number": f.num(gpu, "minor_number", ("",)),
+        "persistence_mode": f.flag(gpu, "persistence_mode"),
         "mig_mode": _text(gpu, "mig_mode/current_mig"),
         "virtualization_mode": _text(gpu, "gpu_virtualization_mode/virtualization_mode"),
-        "reset_required": _flag(gpu, "gpu_reset_status/reset_required", source),
+        "reset_required": f.flag(gpu, "gpu_reset_status/reset_required"),
+        "recovery_action": _text(gpu, "gpu_recovery_action"),
         "performance_state": _text(gpu, "performance_state"),
         "compute_mode": _text(gpu, "compute_mode"),
-        "memory_total_mib": _num(gpu, "fb_memory_usage/total", ("MiB",), source),
+        "memory_total_mib": f.num(gpu, "fb_memory_usage/total", ("MiB",)),
     }
 
 
-def _ecc_counts(scope: ET.Element | None, source: str) -> dict[str, int | None]:
+def _ecc_counts(scope: ET.Element | None, f: Fields) -> dict[str, int | None]:
     def count(tag: str) -> int | None:
-        return _num(scope, tag, ("",), source)
+        return f.num(scope, tag, ("",))
 
     sram_unc = count("sram_uncorrectable")
     if sram_unc is None:  # R550+ splits it by protection kind
@@ -235,65 +287,78 @@ def _ecc_counts(scope: ET.Element | None, source: str) -> dict[str, int | None]:
     }
 
 
-def _ecc(gpu: ET.Element, source: str) -> dict[str, Any]:
+def _ecc(gpu: ET.Element, f: Fields) -> dict[str, Any]:
     return {
-        "mode_current": _flag(gpu, "ecc_mode/current_ecc", source),
-        "mode_pending": _flag(gpu, "ecc_mode/pending_ecc", source),
-        "volatile": _ecc_counts(gpu.find("ecc_errors/volatile"), source),
-        "aggregate": _ecc_counts(gpu.find("ecc_errors/aggregate"), source),
-        "sram_threshold_exceeded": _flag(gpu, "ecc_errors/aggregate/sram_threshold_exceeded",
-                                         source),
+        "mode_current": f.flag(gpu, "ecc_mode/current_ecc"),
+        "mode_pending": f.flag(gpu, "ecc_mode/pending_ecc"),
+        "volatile": _ecc_counts(gpu.find("ecc_errors/volatile"), f),
+        "aggregate": _ecc_counts(gpu.find("ecc_errors/aggregate"), f),
+        "sram_threshold_exceeded": f.flag(gpu, "ecc_errors/aggregate/sram_threshold_exceeded"),
     }
 
 
-def _remapped_rows(gpu: ET.Element, source: str) -> dict[str, Any]:
+def _remapped_rows(gpu: ET.Element, f: Fields) -> dict[str, Any]:
     """``remapped_rows``; a bare ``N/A`` (MIG, pass-through, pre-A100) gives all ``None``."""
     rows = gpu.find("remapped_rows")
-    hist = {key: _num(rows, f"row_remapper_histogram/row_remapper_histogram_{key}",
-                      ("bank(s)",), source) for key in ("max", "high", "partial", "low", "none")}
+    hist = {key: f.num(rows, f"row_remapper_histogram/row_remapper_histogram_{key}",
+                       ("bank(s)",)) for key in ("max", "high", "partial", "low", "none")}
     return {
-        "correctable": _num(rows, "remapped_row_corr", ("",), source),
-        "uncorrectable": _num(rows, "remapped_row_unc", ("",), source),
-        "pending": _flag(rows, "remapped_row_pending", source),
-        "failure": _flag(rows, "remapped_row_failure", source),
+        "correctable": f.num(rows, "remapped_row_corr", ("",)),
+        "uncorrectable": f.num(rows, "remapped_row_unc", ("",)),
+        "pending": f.flag(rows, "remapped_row_pending"),
+        "failure": f.flag(rows, "remapped_row_failure"),
         "histogram_banks": hist if any(v is not None for v in hist.values()) else None,
     }
 
 
-def _retired_pages(gpu: ET.Element, source: str) -> dict[str, Any]:
+def _retired_pages(gpu: ET.Element, f: Fields) -> dict[str, Any]:
     pages = gpu.find("retired_pages")
-    pending = _flag(pages, "pending_retirement", source)
+    pending = f.flag(pages, "pending_retirement")
     return {
-        "single_bit": _num(pages, "multiple_single_bit_retirement/retired_count", ("",), source),
-        "double_bit": _num(pages, "double_bit_retirement/retired_count", ("",), source),
-        "pending": pending if pending is not None else _flag(pages, "pending_blacklist", source),
+        "single_bit": f.num(pages, "multiple_single_bit_retirement/retired_count", ("",)),
+        "double_bit": f.num(pages, "double_bit_retirement/retired_count", ("",)),
+        "pending": pending if pending is not None else f.flag(pages, "pending_blacklist"),
     }
 
 
-def _pcie(gpu: ET.Element, source: str) -> dict[str, int | None]:
+def _pcie(gpu: ET.Element, f: Fields) -> dict[str, int | None]:
     link = gpu.find("pci/pci_gpu_link_info")
     return {
-        "gen_current": _num(link, "pcie_gen/current_link_gen", ("",), source),
-        "gen_max": _num(link, "pcie_gen/max_link_gen", ("",), source),
-        "gen_device_max": _num(link, "pcie_gen/max_device_link_gen", ("",), source),
-        "gen_host_max": _num(link, "pcie_gen/max_host_link_gen", ("",), source),
-        "width_current": _num(link, "link_widths/current_link_width", ("x",), source),
-        "width_max": _num(link, "link_widths/max_link_width", ("x",), source),
-        "replay_counter": _num(gpu, "pci/replay_counter", ("",), source),
+        "gen_current": f.num(link, "pcie_gen/current_link_gen", ("",)),
+        "gen_max": f.num(link, "pcie_gen/max_link_gen", ("",)),
+        "gen_device_max": f.num(link, "pcie_gen/max_device_link_gen", ("",)),
+        "gen_host_max": f.num(link, "pcie_gen/max_host_link_gen", ("",)),
+        "width_current": f.num(link, "link_widths/current_link_width", ("x",)),
+        "width_max": f.num(link, "link_widths/max_link_width", ("x",)),
+        "replay_counter": f.num(gpu, "pci/replay_counter", ("",)),
     }
 
 
-def _clock_event_reasons(gpu: ET.Element, source: str) -> list[str] | None:
+def _clock_event_reasons(gpu: ET.Element, f: Fields) -> list[str] | None:
     """Short names of the active clock-event (throttle) reasons, e.g. ``["sw_power_cap"]``."""
     reasons = gpu.find("clocks_event_reasons")
     if reasons is None:
         return None
     prefix = "clocks_event_reason_"
     return [child.tag[len(prefix):] for child in reasons
-            if child.tag.startswith(prefix) and _flag(reasons, child.tag, source)]
+            if child.tag.startswith(prefix) and f.flag(reasons, child.tag)]
 
 
-def _temperature(gpu: ET.Element, source: str) -> dict[str, Any]:
+def _clocks(gpu: ET.Element, f: Fields) -> dict[str, int | None]:
+    """Current, maximum and application clocks in MHz (:data:`CLOCK_KEYS`)."""
+    return {key: f.num(gpu, path, ("MHz",)) for key, path in CLOCK_KEYS.items()}
+
+
+def _mig_devices(gpu: ET.Element, f: Fields) -> list[dict[str, Any]]:
+    """The MIG devices listed under the GPU (``[]`` when none is)."""
+    return [{"index": f.num(dev, "index", ("",)),
+             "gpu_instance_id": f.num(dev, "gpu_instance_id", ("",)),
+             "compute_instance_id": f.num(dev, "compute_instance_id", ("",)),
+             "memory_total_mib": f.num(dev, "fb_memory_usage/total", ("MiB",))}
+            for dev in gpu.findall("mig_devices/mig_device")]
+
+
+def _temperature(gpu: ET.Element, f: Fields) -> dict[str, Any]:
     temp = gpu.find("temperature")
     limits: dict[str, dict[str, Any]] = {
         "absolute_c": dict.fromkeys(("shutdown", "slowdown", "gpu_max", "memory_max")),
@@ -301,37 +366,44 @@ def _temperature(gpu: ET.Element, source: str) -> dict[str, Any]:
                                           "memory_max")),
     }
     for tag, (group, key) in TEMPERATURE_KEYS.items():
-        limits[group][key] = _num(temp, tag, ("C",), source)
+        limits[group][key] = f.num(temp, tag, ("C",))
     return {
-        "temperature_c": _num(temp, "gpu_temp", ("C",), source),
-        "memory_temperature_c": _num(temp, "memory_temp", ("C",), source),
+        "temperature_c": f.num(temp, "gpu_temp", ("C",)),
+        "memory_temperature_c": f.num(temp, "memory_temp", ("C",)),
         "temperature_limits": limits,
     }
 
 
-def _power(gpu: ET.Element, source: str) -> dict[str, Any]:
+def _power(gpu: ET.Element, f: Fields) -> dict[str, Any]:
     power = gpu.find("gpu_power_readings")
-    draws = (_num(power, tag, ("W",), source)
+    draws = (f.num(power, tag, ("W",))
              for tag in ("power_draw", "instant_power_draw", "average_power_draw"))
     return {
         "power_draw_w": next((d for d in draws if d is not None), None),
-        "power_limit_w": _num(power, "current_power_limit", ("W",), source),
-        "power_default_limit_w": _num(power, "default_power_limit", ("W",), source),
-        "power_max_limit_w": _num(power, "max_power_limit", ("W",), source),
+        "power_limit_w": f.num(power, "current_power_limit", ("W",)),
+        "power_default_limit_w": f.num(power, "default_power_limit", ("W",)),
+        "power_max_limit_w": f.num(power, "max_power_limit", ("W",)),
     }
 
 
-def parse_gpu(gpu: ET.Element, index: int, source: str = SOURCE) -> dict[str, Any]:
-    """Facts of one (already aliased) ``<gpu>`` element; ``index`` is its position."""
+def parse_gpu(gpu: ET.Element, index: int, source: str = SOURCE,
+              errors: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Facts of one (already aliased) ``<gpu>`` element; ``index`` is its position.
+
+    A field that cannot be read is ``None``, with an entry appended to ``errors``.
+    """
+    f = Fields(source, f"gpus.{index}", errors if errors is not None else [])
     return {
-        **_identity(gpu, index, source),
-        "ecc": _ecc(gpu, source),
-        "remapped_rows": _remapped_rows(gpu, source),
-        "retired_pages": _retired_pages(gpu, source),
-        "pcie": _pcie(gpu, source),
-        "clocks_event_reasons_active": _clock_event_reasons(gpu, source),
-        **_temperature(gpu, source),
-        **_power(gpu, source),
+        **_identity(gpu, index, f),
+        "ecc": _ecc(gpu, f),
+        "remapped_rows": _remapped_rows(gpu, f),
+        "retired_pages": _retired_pages(gpu, f),
+        "pcie": _pcie(gpu, f),
+        "clocks_event_reasons_active": _clock_event_reasons(gpu, f),
+        "clocks_mhz": _clocks(gpu, f),
+        "mig_devices": _mig_devices(gpu, f),
+        **_temperature(gpu, f),
+        **_power(gpu, f),
         "fabric": {"state": _text(gpu, "fabric/state"), "status": _text(gpu, "fabric/status")},
     }
 
@@ -339,24 +411,43 @@ def parse_gpu(gpu: ET.Element, index: int, source: str = SOURCE) -> dict[str, An
 # -- the whole report ------------------------------------------------------------------------
 
 
-def parse_nvidia_smi(text: str, source: str = SOURCE) -> dict[str, Any]:
-    """Facts of a whole ``nvidia-smi -q -x`` report.
+def parse_log(root: ET.Element, source: str = SOURCE) -> dict[str, Any]:
+    """Facts of an ``<nvidia_smi_log>`` tree: parsed XML, or one built from the text report.
 
-    ``{"driver_version", "cuda_version", "attached_gpus", "timestamp", "gpus": [...]}``;
-    ``ParseError`` for malformed or unsafe XML, or a document that is not an nvidia-smi log.
+    ``{"driver_version", "cuda_version", "attached_gpus", "timestamp", "gpus": [...],
+    "errors": [...]}``. ``errors`` names each field that could not be read, and an
+    ``attached_gpus`` that differs from the GPUs listed (a cut or partial capture).
     """
-    if not text.strip():
-        raise ParseError(source, text, "empty output")
-    root = apply_aliases(parse_xml(text, source))
-    if root.tag != "nvidia_smi_log":
-        raise ParseError(source, text, f"root element is <{root.tag}>, not <nvidia_smi_log>")
+    root = apply_aliases(root)
+    errors: list[dict[str, str]] = []
+    gpus = [parse_gpu(gpu, i, source, errors) for i, gpu in enumerate(root.findall("gpu"))]
+    attached = Fields(source, "attached_gpus", errors).num(root, "attached_gpus", ("",))
+    if attached is not None and attached != len(gpus):
+        errors.append({"fact": "attached_gpus", "path": source,
+                       "error": f"attached_gpus is {attached} but {len(gpus)} GPU(s) listed: "
+                                "a cut or partial capture"})
     return {
         "timestamp": _text(root, "timestamp"),
         "driver_version": _text(root, "driver_version"),
         "cuda_version": _text(root, "cuda_version"),
-        "attached_gpus": _num(root, "attached_gpus", ("",), source),
-        "gpus": [parse_gpu(gpu, i, source) for i, gpu in enumerate(root.findall("gpu"))],
+        "attached_gpus": attached,
+        "gpus": gpus,
+        "errors": errors,
     }
+
+
+def parse_nvidia_smi(text: str, source: str = SOURCE) -> dict[str, Any]:
+    """Facts of a whole ``nvidia-smi -q -x`` report (see :func:`parse_log`).
+
+    ``ParseError`` for malformed or unsafe XML, or a document that is not an nvidia-smi log;
+    a field that cannot be read is ``None`` with an ``errors`` entry, never a lost report.
+    """
+    if not text.strip():
+        raise ParseError(source, text, "empty output")
+    root = parse_xml(text, source)
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(source, text, f"root element is <{root.tag}>, not <nvidia_smi_log>")
+    return parse_log(root, source)
 
 
 def no_gpu_message(text: str) -> str | None:

@@ -38,6 +38,7 @@ VIRTUALIZATION_MODES = {0: "None", 1: "Pass-Through", 2: "VGPU", 3: "Host VGPU",
 CORRECTED, UNCORRECTED = 0, 1
 VOLATILE, AGGREGATE = 0, 1
 TEMPERATURE_GPU = 0
+CLOCK_GRAPHICS, CLOCK_SM, CLOCK_MEM = 0, 1, 2  # nvmlClockType_t
 RETIRE_SINGLE, RETIRE_DOUBLE = 0, 1
 
 
@@ -140,6 +141,18 @@ def _pcie(call: Callable[..., Any], handle: Any) -> dict[str, Any]:
     }
 
 
+def _clocks(call: Callable[..., Any], handle: Any) -> dict[str, int | None]:
+    """Keyed like ``nvidia_smi.CLOCK_KEYS`` (MHz)."""
+    kinds = {"graphics": CLOCK_GRAPHICS, "sm": CLOCK_SM, "memory": CLOCK_MEM}
+    return {
+        **{key: call("nvmlDeviceGetClockInfo", handle, kind) for key, kind in kinds.items()},
+        **{f"max_{key}": call("nvmlDeviceGetMaxClockInfo", handle, kind)
+           for key, kind in kinds.items()},
+        "app_graphics": call("nvmlDeviceGetApplicationsClock", handle, CLOCK_GRAPHICS),
+        "app_memory": call("nvmlDeviceGetApplicationsClock", handle, CLOCK_MEM),
+    }
+
+
 def _identity(call: Callable[..., Any], handle: Any, index: int) -> dict[str, Any]:
     pci = call("nvmlDeviceGetPciInfo", handle)
     bus_id = _decode(getattr(pci, "busId", None)) if pci is not None else None
@@ -156,7 +169,8 @@ def _identity(call: Callable[..., Any], handle: Any, index: int) -> dict[str, An
         "vbios_version": call("nvmlDeviceGetVbiosVersion", handle),
         "minor_number": call("nvmlDeviceGetMinorNumber", handle),
         "persistence_mode": None if persistence is None else persistence == 1,
-        "mig_mode": None, "reset_required": None, "performance_state": None,
+        "mig_mode": None, "reset_required": None, "recovery_action": None,
+        "performance_state": None,
         "virtualization_mode": VIRTUALIZATION_MODES.get(
             call("nvmlDeviceGetVirtualizationMode", handle)),
         "compute_mode": None, "memory_total_mib": None,
@@ -185,6 +199,8 @@ def read_gpu(call: Callable[..., Any], handle: Any, index: int) -> dict[str, Any
         "retired_pages": _retired_pages(call, handle),
         "pcie": _pcie(call, handle),
         "clocks_event_reasons_active": _bits(reasons),
+        "clocks_mhz": _clocks(call, handle),
+        "mig_devices": None,  # not read through NVML
         "temperature_c": call("nvmlDeviceGetTemperature", handle, TEMPERATURE_GPU),
         "memory_temperature_c": None,
         "temperature_limits": None,

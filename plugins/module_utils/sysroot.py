@@ -37,6 +37,7 @@ COMMAND_TIMEOUT = 30
 # name of the captured output -> argv run on a live host (LANG=C, no shell).
 COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-q-x.xml": ["nvidia-smi", "-q", "-x"],
+    "nvidia-smi-q.txt": ["nvidia-smi", "-q"],  # read when a capture lacks the XML
     "dmesg.txt": ["dmesg"],
     "systemctl-show-slices.txt": ["systemctl", "show", "--property=Id,AllowedCPUs,EffectiveCPUs",
                                   "system.slice", "user.slice", "init.scope"],
