@@ -7,6 +7,8 @@ DOCUMENTATION = r"""
 module: cpu_facts
 short_description: Gather the cpu layer's exemplar-tune facts
 description:
+  - The processor (C(processor)), covering vendor, model, x86 family/model/stepping or arm64
+    implementer/part, sockets, cores per socket, threads per core and online CPUs.
   - CPU power and placement, covering C-states, PM-QoS holders, tuned, frequency policy, NUMA,
     device locality, cpusets, isolation, IRQs.
   - With C(bmc), also C(bios) - the BIOS C-state, C1E, turbo and profile settings read over
