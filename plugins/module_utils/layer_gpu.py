@@ -2,8 +2,11 @@
 
 Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); on a live host
 without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`nvml`). Xid events come
-from the kernel log (:mod:`xid`). Having no GPU, no driver or no nvidia-smi is an answer
-(``present: False`` with a ``reason``), not an error; an output that cannot be understood
+from the kernel log (:mod:`xid`): ``xids`` holds one event per reporting line, ``xid_incidents``
+the events grouped into incidents with their recovery action (:mod:`xid_incidents`, default
+window), ``xid_log`` what else the log told (boots seen, clock, NVSwitch SXid lines not read).
+Having no GPU, no driver or no nvidia-smi is an answer (``present: False`` with a ``reason``),
+not an error; an output that cannot be understood
 (malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry.
 """
 
@@ -11,7 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import nvidia_smi, nvml, xid
+from ansible_collections.exemplar.tune.plugins.module_utils import (
+    nvidia_smi,
+    nvml,
+    xid,
+    xid_incidents,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     HostStateError,
     NotSupported,
@@ -43,9 +51,24 @@ def _present(report: dict[str, Any] | None, why_not: str | None) -> tuple[bool |
     return True, None
 
 
+def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
+    """``xids``, ``xid_incidents`` and ``xid_log``; all ``None`` (one error) when unreadable."""
+    try:
+        log = xid.read_kernel_log(root)
+    except HostStateError as exc:
+        sheet.error("xids", exc)
+        log = None
+    events = log["events"] if log else None
+    sheet.put("xids", events, xid.SOURCE)
+    sheet.put("xid_incidents", None if log is None else xid_incidents.group_incidents(events),
+              xid.SOURCE)
+    sheet.put("xid_log", None if log is None else {k: log[k] for k in (
+        "boots", "clock", "sxid_lines")}, xid.SOURCE)
+
+
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    count, gpus, xids, nvml; plus ``sources`` and ``errors``)."""
+    count, gpus, xids, xid_incidents, xid_log, nvml; plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
     report, origin, why_not = _inventory(root, sheet, status["available"])
@@ -59,6 +82,6 @@ def gather(root: Sysroot) -> dict[str, Any]:
     known = present is not None
     sheet.put("count", len(report["gpus"]) if report else (0 if known else None), src)
     sheet.put("gpus", report["gpus"] if report else ([] if known else None), src)
-    sheet.attempt("xids", xid.SOURCE, xid.read_xid_events, root)
+    _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
