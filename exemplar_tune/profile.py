@@ -25,6 +25,7 @@ import yaml
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input
+from exemplar_tune.xid_policy import policy_error
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -133,13 +134,17 @@ def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_profile(data: Any, where: str) -> None:
-    """Raise ``ProfileError`` naming the first bad key (``cpu.governor: ...``)."""
+    """Raise ``ProfileError`` naming the first bad key (``cpu.governor: ...``); beyond the
+    schema, an Xid listed twice in ``gpu.xid_policy``."""
     validator = jsonschema.Draft202012Validator(profile_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         key = ".".join(str(p) for p in first.absolute_path) or "(top level)"
         raise ProfileError(f"profile {where}: {key}: {_one_line(first.message)}")
+    wrong = policy_error((data.get("gpu") or {}).get("xid_policy") or {})
+    if wrong:
+        raise ProfileError(f"profile {where}: gpu.xid_policy: {wrong}")
 
 
 def _one_line(exc: object) -> str:

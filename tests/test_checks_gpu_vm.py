@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.xid import parse_xid_events
 
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN, Outcome
-from exemplar_tune.checks.gpu import xid_class
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.profile import load_profile
 
@@ -34,7 +34,7 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": FAIL,
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": FAIL,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
-        "gpu.temperature": PASS, "gpu.xids": FAIL,
+        "gpu.temperature": PASS, "gpu.xids": WARN,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("healthy-h100", "h100-x86"): {
@@ -149,14 +149,19 @@ def test_h100_x86_names_the_gpu_without_persistence():
     assert have.evidence == ("nvidia-smi -q -x",)
 
 
-def test_h100_x86_remap_pending_and_xid_classes():
+def test_h100_x86_remap_pending_and_xid_incidents():
     remap = _run("gpu.remapped-rows", _facts("h100-x86"), _profile("h100-x86"))
     assert "00000000:C2:00.0" in remap.detail and "reset GPU to activate" in remap.detail
     xids = _run("gpu.xids", _facts("h100-x86"), _profile("h100-x86"))
-    assert xids.observed == {
-        "memory": {"count": 1, "xids": [63], "bdfs": ["00000000:C2:00.0"]},
-        "application": {"count": 1, "xids": [31], "bdfs": ["00000000:E0:00.0"]},
-    }
+    # Xid 63 (row remap recorded) is IGNORE in NVIDIA's catalog, Xid 31 RESTART_APP: both warn;
+    # the pending remap itself fails gpu.remapped-rows.
+    assert xids.status == WARN
+    assert [(r["gpu"], r["xid"], r["action"], r["status"], r["incidents"], r["lines"])
+            for r in xids.observed] == [
+        ("00000000:C2:00.0", 63, "IGNORE", WARN, 1, 1),
+        ("00000000:E0:00.0", 31, "RESTART_APP", WARN, 1, 1)]
+    assert "GPU memory remapping event" in xids.detail and "[86412.003816]" in xids.detail
+    assert "RESTART_APP on 00000000:E0:00.0: restart the application" in xids.fix
     assert xids.evidence == ("dmesg",)
 
 
@@ -346,44 +351,53 @@ def test_clock_event_slowdowns_fail(reason: str):
     assert have.observed == {"00000000:C2:00.0": [reason]}
 
 
-# -- Xid classes -----------------------------------------------------------------------------
+# -- Xid incidents: catalog action -> status (default policy) -----------------------------
 
 
-def _xid(number: int | None, bdf: str = "00000000:C2:00.0", kind: str = "xid") -> dict:
-    return {"kind": kind, "bdf": bdf, "xid": number, "pid": None, "process": None,
-            "text": "", "line": f"NVRM: Xid (PCI:0000:c2:00): {number}, ..."}
+def _xid_lines(*numbers: int, bdf: str = "c2:00", start: float = 100.0, step: float = 1.0) -> list:
+    """Events of kernel-log lines in the driver's format (kernel_rc.c ``XID_PRINT_WITH_ATTR``,
+    no process attributed), one per number, ``step`` seconds apart."""
+    text = "".join(f"[{start + k * step:12.6f}] NVRM: Xid (PCI:0000:{bdf}): {n}, detail\n"
+                   for k, n in enumerate(numbers))
+    return parse_xid_events(text)
 
 
-XID_CASES = [
-    (48, "memory", FAIL), (63, "memory", FAIL), (64, "memory", FAIL), (92, "memory", FAIL),
-    (94, "memory", FAIL), (95, "memory", FAIL), (79, "fell_off_bus", FAIL),
-    (74, "nvlink", FAIL), (119, "gsp", FAIL), (120, "gsp", FAIL), (109, "timeout", FAIL),
-    (13, "application", WARN), (31, "application", WARN), (43, "application", WARN),
-    (45, "application", WARN), (8, "other", WARN),
+XID_CASES = [  # (Xid, action from NVIDIA's catalog, default status)
+    (13, "RESTART_APP", WARN), (31, "RESTART_APP", WARN), (43, "IGNORE", WARN),
+    (45, "RESTART_APP", WARN), (8, "RESTART_APP", WARN), (63, "IGNORE", WARN),
+    (92, "IGNORE", WARN), (94, "RESTART_APP", WARN), (999, "INVESTIGATE", WARN),
+    (48, "RESET_GPU", FAIL), (62, "RESET_GPU", FAIL), (64, "RESET_GPU", FAIL),
+    (74, "RESET_GPU", FAIL), (95, "RESET_GPU", FAIL), (109, "RESET_GPU", FAIL),
+    (119, "RESET_GPU", FAIL), (120, "RESET_GPU", FAIL), (79, "REBOOT", FAIL),
+    (54, "HARDWARE", FAIL),
 ]
 
 
-@pytest.mark.parametrize(("number", "klass", "want"), XID_CASES)
-def test_xid_class_and_status(number: int, klass: str, want: str):
-    assert xid_class(_xid(number)) == klass
-    facts = _changed("healthy-h100", ("gpu.xids", [_xid(number), _xid(number)]))
+@pytest.mark.parametrize(("number", "action", "want"), XID_CASES)
+def test_xid_action_and_status(number: int, action: str, want: str):
+    # two lines 1 s apart: one incident of two lines
+    facts = _changed("healthy-h100", ("gpu.xids", _xid_lines(number, number)))
     have = _run("gpu.xids", facts, _profile("h100-x86"))
     assert have.status == want
-    assert have.observed == {klass: {"count": 2, "xids": [number], "bdfs": ["00000000:C2:00.0"]}}
+    (row,) = have.observed
+    assert (row["gpu"], row["xid"], row["incidents"], row["lines"], row["action"]) == (
+        "00000000:C2:00.0", number, 1, 2, action)
     assert f"Xid {number}" in have.detail and "00000000:C2:00.0" in have.detail
+    assert f"-> {action} (" in have.detail and f"{action} on 00000000:C2:00.0" in have.fix
 
 
-def test_fallen_off_bus_event_is_its_own_class_and_fails():
-    event = _xid(None, "00000000:EA:00.0", kind="fallen_off_bus")
-    assert xid_class(event) == "fell_off_bus"
-    facts = _changed("healthy-h100", ("gpu.xids", [event, _xid(79, "00000000:EA:00.0"),
-                                                    _xid(13, "00000000:A4:00.0")]))
+def test_fallen_off_bus_joins_its_xid_79_and_fails():
+    text = ("[6781741.548779] NVRM: Xid (PCI:0000:ea:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus.\n"
+            "[6781741.548783] NVRM: GPU 0000:ea:00.0: GPU has fallen off the bus.\n"
+            "[6781800.000000] NVRM: Xid (PCI:0000:a4:00): 13, pid=7, name=python, Graphics\n")
+    facts = _changed("healthy-h100", ("gpu.xids", parse_xid_events(text)))
     have = _run("gpu.xids", facts, _profile("h100-x86"))
     assert have.status == FAIL
-    assert have.observed == {
-        "fell_off_bus": {"count": 2, "xids": [79], "bdfs": ["00000000:EA:00.0"]},
-        "application": {"count": 1, "xids": [13], "bdfs": ["00000000:A4:00.0"]},
-    }
+    assert [(r["gpu"], r["xid"], r["incidents"], r["lines"], r["status"])
+            for r in have.observed] == [
+        ("00000000:EA:00.0", 79, 1, 2, FAIL), ("00000000:A4:00.0", 13, 1, 1, WARN)]
+    assert have.fix.startswith("manual: REBOOT on 00000000:EA:00.0: drain and power-cycle")
 
 
 def test_check_on_missing_layer_skips_instead_of_raising():

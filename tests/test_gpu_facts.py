@@ -397,6 +397,12 @@ def test_h100_x86():
     assert {g["ecc"]["aggregate"]["uncorrectable"] for g in gpus} == {0}
     assert [(e["kind"], e["bdf"], e["xid"]) for e in facts["xids"]] == [
         ("xid", "00000000:E0:00.0", 31), ("xid", "00000000:C2:00.0", 63)]
+    assert [(i["gpu"], i["xid"], i["lines"], i["first_seen"], i["action"])
+            for i in facts["xid_incidents"]] == [
+        ("00000000:E0:00.0", 31, 1, "5421.774512", "RESTART_APP"),
+        ("00000000:C2:00.0", 63, 1, "86412.003816", "IGNORE")]
+    assert facts["xid_log"] == {"boots": 1, "clock": "boot", "sxid_lines": 0}
+    assert facts["sources"]["xid_incidents"] == "dmesg"
     assert facts["nvml"] == {"available": False, "reason": "not a live host (captured sysroot)"}
     assert facts["sources"]["gpus"] == "nvidia-smi -q -x"
     assert facts["sources"]["xids"] == "dmesg"
@@ -469,7 +475,7 @@ def test_captured_no_devices_message(tmp_path):
     assert (facts["present"], facts["reason"]) == (
         False, "/.exemplar/commands/nvidia-smi-q-x.xml: No devices were found")
     # no kernel log captured: xids unknown, with an error entry
-    assert facts["xids"] is None
+    assert (facts["xids"], facts["xid_incidents"], facts["xid_log"]) == (None, None, None)
     assert [(e["fact"], e["path"]) for e in facts["errors"]] == [
         ("xids", "/.exemplar/commands/dmesg.txt")]
 
@@ -646,7 +652,9 @@ def test_live_host():
     if log.returncode == 0:
         nvrm = [line for line in log.stdout.splitlines()
                 if re.search(r"NVRM: Xid \(|GPU has fallen off the bus", line)]
-        assert len(facts["xids"]) == len(nvrm)
+        assert sum(e["lines"] for e in facts["xids"] if e["kind"] == "xid") == len(
+            [line for line in nvrm if "NVRM: Xid (" in line])
+        assert len(facts["xid_incidents"]) <= len(facts["xids"])
         assert facts["errors"] == []
     else:
         assert facts["xids"] is None

@@ -27,13 +27,15 @@ Profile = dict[str, Any]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a check function returns for one host."""
+    """What a check function returns for one host; ``fix``, when set, replaces the check's
+    general fix with one that names what this host needs."""
 
     status: str
     observed: Any = None
     expected: Any = None
     detail: str = ""
     evidence: tuple[str, ...] = ()
+    fix: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ retired pages, PCIe link, clock-event reasons, temperature, Xid events).
 
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
-error, a pending row remap or an Xid 79 is a finding on every cluster. The semantics follow
+error or a pending row remap is a finding on every cluster. Xid incidents are judged by the
+profile's ``gpu.xid_policy`` (defaults in :mod:`exemplar_tune.xid_policy`). The semantics follow
 the nvidia-smi XML fields, the NVIDIA Xid catalog and the public health tools (DCGM diag r1
 "page retirement/row remap", AzNHC ``azure_gpu_ecc.nhc``).
 """
@@ -13,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils import xid_catalog as cat
+from ansible_collections.exemplar.tune.plugins.module_utils.xid_incidents import group_incidents
+
+from exemplar_tune import xid_policy
 from exemplar_tune.checks.base import (
     FAIL,
     PASS,
@@ -30,16 +35,6 @@ LAYER = "gpu"
 CLOCK_FAIL = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
               "sw_thermal_slowdown")
 CLOCK_WARN = ("sw_power_cap",)
-# Xid triage classes (docs.nvidia.com/deploy/xid-errors).
-XID_CLASSES: dict[str, tuple[int, ...]] = {
-    "memory": (48, 63, 64, 92, 94, 95),
-    "fell_off_bus": (79,),
-    "nvlink": (74,),
-    "gsp": (119, 120),
-    "timeout": (109,),
-    "application": (13, 31, 43, 45),
-}
-XID_WARN_CLASSES = ("application", "other")
 # AzNHC azure_gpu_ecc.nhc: more uncorrectable remapped rows than this fails the GPU.
 REMAP_UNC_MAX = 512
 
@@ -396,42 +391,69 @@ def check_temperature(facts: Facts, profile: Profile) -> Outcome:
                    f"hottest GPU {max(known.values())} C <= {limit} C", _evidence(facts))
 
 
-# -- Xid events ------------------------------------------------------------------------------
+# -- Xid incidents ---------------------------------------------------------------------------
 
 
-def xid_class(event: dict[str, Any]) -> str:
-    """The triage class of one kernel-log event (``"other"`` for an unlisted Xid)."""
-    if event.get("kind") == "fallen_off_bus":
-        return "fell_off_bus"
-    number = event.get("xid")
-    return next((name for name, ids in XID_CLASSES.items() if number in ids), "other")
+def _xid_rows(judged: list[xid_policy.Judged]) -> list[dict[str, Any]]:
+    """One row per GPU, Xid, action and status: incidents and lines summed, first/last time."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for item in judged:
+        i = item.incident
+        key = (i["gpu"], i["xid"], i["action"], item.status)
+        row = rows.setdefault(key, {
+            "gpu": i["gpu"], "xid": i["xid"], "name": i["name"], "incidents": 0, "lines": 0,
+            "first_seen": i["first_seen"], "last_seen": i["last_seen"], "action": i["action"],
+            "action_source": i["action_source"], "status": item.status, "repeated": False,
+            "uuid": i["uuid"]})
+        row["incidents"] += 1
+        row["lines"] += i["lines"]
+        row["last_seen"] = i["last_seen"]
+        row["repeated"] = row["repeated"] or item.why == "repeated"
+    order = (FAIL, WARN, xid_policy.IGNORE)
+    return sorted(rows.values(), key=lambda r: (order.index(r["status"]), r["gpu"],
+                                                -1 if r["xid"] is None else r["xid"]))
 
 
-def _xid_summary(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{class: {"count", "xids", "bdfs"}}`` in class order."""
-    summary: dict[str, dict[str, Any]] = {}
-    for event in events:
-        entry = summary.setdefault(xid_class(event), {"count": 0, "xids": [], "bdfs": []})
-        entry["count"] += 1
-        if event.get("xid") is not None and event["xid"] not in entry["xids"]:
-            entry["xids"].append(event["xid"])
-        if event.get("bdf") and event["bdf"] not in entry["bdfs"]:
-            entry["bdfs"].append(event["bdf"])
-    order = [*XID_CLASSES, "other"]
-    return {name: summary[name] for name in order if name in summary}
+def _xid_line(row: dict[str, Any]) -> str:
+    number = f"Xid {row['xid']}" if row["xid"] is not None else "no Xid line"
+    count = row["incidents"]
+    first, last = row["first_seen"], row["last_seen"]
+    when = "no timestamp" if first is None else (
+        f"[{first}]" if first == last else f"[{first}] .. [{last}]")
+    repeated = ", repeated" if row["repeated"] else ""
+    return (f"{row['gpu']} {number} ({row['name'] or 'not in the Xid catalog'}): "
+            f"{_plural(count, 'incident')}, {_plural(row['lines'], 'line')}, {when}"
+            f" -> {row['action']} ({row['action_source']}{repeated})")
 
 
-def _xid_line(name: str, entry: dict[str, Any]) -> str:
-    xids = "/".join(str(x) for x in entry["xids"]) or "-"
-    return f"{name} {entry['count']}x (Xid {xids}) on {_list(entry['bdfs'], 4)}"
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-@check("gpu.xids", severity="high", title="No GPU Xid errors in the kernel log",
-       risk="Memory/ECC, NVLink, GSP, timeout Xids and a GPU fallen off the bus mean a faulty "
-            "or degraded GPU: jobs crash or hang and restart from a checkpoint; application "
-            "Xids (13/31/43/45) usually point at the job, not the node",
-       fix="manual: drain the node, look the Xid up in the NVIDIA Xid catalog, reset the GPU "
-           "or reboot (79: reboot; memory Xids: see gpu.remapped-rows), run dcgmi diag -r 3")
+_APP_ACTIONS = (cat.NONE, cat.IGNORE, cat.RESTART_APP, cat.INVESTIGATE)
+
+
+def _xid_fix(rows: list[dict[str, Any]]) -> str:
+    """The actions the failing and warning rows call for, worst first, with their GPUs."""
+    parts = []
+    for action in reversed(cat.ACTIONS):
+        gpus = sorted({r["gpu"] for r in rows if r["action"] == action})
+        if gpus:
+            parts.append(f"{action} on {_list(gpus, 4)}: {cat.ACTION_TEXT[action]}")
+    after = "; after a reset or reboot run dcgmi diag -r 3" if any(
+        r["action"] not in _APP_ACTIONS for r in rows) else ""
+    return ("manual: " + "; ".join(parts) + ". Actions from NVIDIA's Xid catalog, or the "
+            "driver's own (Xid 154)" + after)
+
+
+@check("gpu.xids", severity="high", title="No GPU Xid incident that needs action",
+       risk="Xids whose recovery is a GPU reset, a reboot or hardware service (ECC, NVLink, "
+            "GSP, timeouts, a GPU fallen off the bus) mean a faulty or degraded GPU: jobs "
+            "crash or hang and restart from a checkpoint; application Xids (13/31/43/45) "
+            "usually point at the job, unless they keep recurring on one GPU",
+       fix="manual: follow the recovery action of each incident (NVIDIA Xid catalog, or the "
+           "driver's Xid 154): reset the GPU (nvidia-smi -r), reboot or power-cycle, or send "
+           "the GPU for service; then run dcgmi diag -r 3")
 def check_xids(facts: Facts, profile: Profile) -> Outcome:
     _, not_judged = _gpus(facts)
     if not_judged:
@@ -439,13 +461,20 @@ def check_xids(facts: Facts, profile: Profile) -> Outcome:
     events = _layer(facts).get("xids")
     if events is None:
         return skip(f"kernel log not readable{_error(facts, 'xids')}")
-    summary = _xid_summary(events)
-    expected = "no Xid other than application-induced (13, 31, 43, 45)"
+    policy = xid_policy.policy_from_profile(profile)
+    judged, earlier = xid_policy.judge(group_incidents(events, policy.incident_window_s), policy)
+    rows = _xid_rows(judged)
+    found = [r for r in rows if r["status"] != xid_policy.IGNORE]
+    boots = "" if policy.include_earlier_boots else " since the last boot"
+    expected = (f"no incident{boots} whose action fails ("
+                f"{', '.join(a for a, s in policy.action_status.items() if s == FAIL)}), nor "
+                f"{policy.repeat_count} of one Xid on one GPU within {policy.repeat_window_s:g} s")
+    more = f" ({_plural(earlier, 'incident')} before the last boot not counted)" if earlier else ""
+    ignored = len(rows) - len(found)
+    more += f" ({ignored} ignored by the policy)" if ignored else ""
     evidence = _evidence(facts, "xids")
-    if not summary:
-        return Outcome(PASS, {}, expected, "no Xid in the kernel log", evidence)
-    detail = "; ".join(_xid_line(name, entry) for name, entry in summary.items())
-    if any(name not in XID_WARN_CLASSES for name in summary):
-        return Outcome(FAIL, summary, expected, detail, evidence)
-    return Outcome(WARN, summary, expected, detail, evidence)
-
+    if not found:
+        return Outcome(PASS, rows, expected, f"no Xid incident{boots}{more}", evidence)
+    detail = "; ".join(_xid_line(r) for r in found) + more
+    status = FAIL if any(r["status"] == FAIL for r in found) else WARN
+    return Outcome(status, rows, expected, detail, evidence, fix=_xid_fix(found))

@@ -62,6 +62,7 @@ def _evaluate(check: Check, facts: Facts, profile: Profile) -> CheckResult:
     return CheckResult(
         id=check.id, layer=check.layer, severity=check.severity, title=check.title,
         status=outcome.status, observed=outcome.observed, expected=outcome.expected,
-        detail=outcome.detail, evidence=list(outcome.evidence), risk=check.risk, fix=check.fix,
+        detail=outcome.detail, evidence=list(outcome.evidence), risk=check.risk,
+        fix=outcome.fix or check.fix,
         knob=check.knob,
     )

@@ -3,7 +3,10 @@
 Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); in a captured
 sysroot without the XML, from the plain-text ``nvidia-smi -q`` (:mod:`nvidia_smi_text`); on a
 live host without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`nvml`). Xid
-events come from the kernel log (:mod:`xid`). Having no GPU, no driver or no nvidia-smi is an answer
+events come from the kernel log (:mod:`xid`): ``xids`` holds one event per reporting line,
+``xid_incidents`` the events grouped into incidents with their recovery action
+(:mod:`xid_incidents`, default window), ``xid_log`` what else the log told (boots seen, clock,
+NVSwitch SXid lines not read). Having no GPU, no driver or no nvidia-smi is an answer
 (``present: False`` with a ``reason``), not an error; an output that cannot be understood
 (malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry;
 a single field that cannot be read is ``None`` plus an ``errors`` entry naming it (``gpus.N``).
@@ -18,6 +21,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils import (
     nvidia_smi_text,
     nvml,
     xid,
+    xid_incidents,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     HostStateError,
@@ -62,14 +66,30 @@ def _present(report: dict[str, Any] | None, why_not: str | None) -> tuple[bool |
     return True, None
 
 
+def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
+    """``xids``, ``xid_incidents`` and ``xid_log``; all ``None`` (one error) when unreadable."""
+    try:
+        log = xid.read_kernel_log(root)
+    except HostStateError as exc:
+        sheet.error("xids", exc)
+        log = None
+    events = log["events"] if log else None
+    sheet.put("xids", events, xid.SOURCE)
+    sheet.put("xid_incidents", None if log is None else xid_incidents.group_incidents(events),
+              xid.SOURCE)
+    sheet.put("xid_log", None if log is None else {k: log[k] for k in (
+        "boots", "clock", "sxid_lines")}, xid.SOURCE)
+
+
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    attached_gpus, count, gpus, xids, nvml; plus ``sources`` and ``errors``)."""
+    attached_gpus, count, gpus, xids, xid_incidents, xid_log, nvml; plus ``sources`` and
+    ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
-    sheet.attempt("xids", xid.SOURCE, xid.read_xid_events, root)
+    _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
 

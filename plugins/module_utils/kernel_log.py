@@ -1,0 +1,109 @@
+"""Kernel-log lines: their timestamp, and which boot they belong to.
+
+A kernel log reaches us in several shapes, each with its own line prefix:
+
+* ``dmesg``: ``[ 1843.308145] msg`` (seconds since boot);
+* ``dmesg -T``: ``[Sun Feb 23 16:24:18 2025] msg`` (wall clock);
+* ``dmesg --decode --time-format iso``: ``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 msg``;
+* ``journalctl -k`` / syslog: ``May 02 21:43:54 host kernel: msg`` (wall clock without a year;
+  ``-o short-iso`` writes ``2025-05-02T21:43:54+0000 host kernel: msg``), sometimes followed by
+  the raw ``[  966.503025]`` stamp, which is then preferred;
+* a log pasted into markdown keeps its ``> `` quote prefix; continuation lines of a multi-line
+  message have no prefix at all (only indentation).
+
+Boots: ``dmesg`` restarts its clock at ``[    0.000000]`` (a raw stamp that goes back by more than
+a second, or back to zero, starts a new boot); ``journalctl`` separates boots with
+``-- Boot <id> --`` (``-- Reboot --`` in older versions). Wall clocks are never used to find a
+boot (they jump with NTP).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+BOOT = "boot"  # seconds since boot
+WALL = "wall"  # seconds since the epoch (a year-less syslog stamp is read as the year 2000)
+
+_QUOTE = re.compile(r"^(?:>\s?)+")
+_MARKER = re.compile(r"^-- (?:Boot [0-9a-f]+|Reboot) --$")
+_DECODE = re.compile(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*")
+_RAW = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\]\s?")
+_CTIME = re.compile(r"^\[(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s?")
+_HOST = r"(?:\S+ kernel:\s?)?"  # journalctl / syslog: "<host> kernel: "
+_ISO = re.compile(r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s"
+                  + _HOST)
+_SYSLOG = re.compile(r"^(?P<t>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) " + _HOST)
+_RESET_SLACK_S = 1.0
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line: ``body`` without the prefix, the stamp as written (``time``) and in seconds
+    (``t``, on ``clock``), and the 0-based ``boot`` it belongs to in log order."""
+
+    raw: str
+    body: str
+    time: str | None
+    t: float | None
+    clock: str | None
+    boot: int
+
+
+def _ctime(text: str) -> float:
+    return float(calendar.timegm(datetime.strptime(text, "%a %b %d %H:%M:%S %Y").timetuple()))
+
+
+def _iso(text: str) -> float:
+    text = text.replace(",", ".").replace("Z", "+00:00")
+    text = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", text)
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        return float(calendar.timegm(stamp.timetuple())) + stamp.microsecond / 1e6
+    return stamp.timestamp()
+
+
+def _syslog(text: str) -> float:
+    whole, _, frac = text.partition(".")
+    stamp = datetime.strptime("2000 " + " ".join(whole.split()), "%Y %b %d %H:%M:%S")
+    return float(calendar.timegm(stamp.timetuple())) + (float("0." + frac) if frac else 0.0)
+
+
+def split_prefix(line: str) -> tuple[str, str | None, float | None, str | None]:
+    """``(body, time as written, seconds, clock)`` of one line; ``(line, None, None, None)``
+    when it has no stamp (a continuation line, a bare message)."""
+    rest = _QUOTE.sub("", line.strip())
+    rest = _DECODE.sub("", rest, count=1)
+    for pattern, parse, clock in ((_RAW, float, BOOT), (_CTIME, _ctime, WALL),
+                                  (_ISO, _iso, WALL), (_SYSLOG, _syslog, WALL)):
+        match = pattern.match(rest)
+        if not match:
+            continue
+        body = rest[match.end():]
+        inner = _RAW.match(body)
+        if clock == WALL and inner:
+            return body[inner.end():], inner.group("t"), float(inner.group("t")), BOOT
+        try:
+            return body, match.group("t"), parse(match.group("t")), clock
+        except ValueError:
+            return body, match.group("t"), None, None
+    return rest, None, None, None
+
+
+def read_lines(text: str) -> Iterator[LogLine]:
+    """The lines of ``text`` with their stamp and boot (0 = the first boot in the log)."""
+    boot, seen, last_raw = 0, False, None
+    for raw in text.splitlines():
+        if _MARKER.match(_QUOTE.sub("", raw.strip())):
+            boot, seen, last_raw = (boot + 1, False, None) if seen else (boot, seen, last_raw)
+            continue
+        body, time, t, clock = split_prefix(raw)
+        if clock == BOOT and t is not None:
+            if last_raw is not None and (t < last_raw - _RESET_SLACK_S or (t == 0 < last_raw)):
+                boot += 1
+            last_raw = t
+        seen = seen or bool(raw.strip())
+        yield LogLine(raw, body, time, t, clock, boot)
