@@ -57,6 +57,7 @@ def by_check(report: Report, check_id: str) -> list:
     (RTX5090, "nccl-tests"),
     ("nccl_debug_info_topo_lines.txt", "nccl-log"),
     (MEGATRON, "step-time"),
+    ("nsys_stats_csv_allgather_before.csv", "nsys"),
     ("dmesg_nvrm_xid_samples.txt", None),
     ("nccl_topo_azure_ndv5_h100.xml", None),
     ("sysfs_cpuidle_cpufreq_spr1_intel-pepc.txt", None),
@@ -451,7 +452,8 @@ def test_bad_input_is_one_line_error(tmp_path, name, data):
     with pytest.raises(DiagnoseError) as err:
         diagnose_paths([str(path)])
     assert str(err.value) == (f"{path}: not a recognised format (turbostat, numastat, perf, "
-                              "step-time log, nccl-tests, NCCL debug log)")
+                              "step-time log, nccl-tests, NCCL debug log, nsys stats or "
+                              "SQLite export)")
     assert isinstance(err.value, ValueError)
 
 

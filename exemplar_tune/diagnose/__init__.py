@@ -1,15 +1,25 @@
 """``exemplar-tune diagnose FILE...``: findings from captured signals, one analyzer per format.
 
 The format is recognised from the content, never the file name: turbostat, numastat, perf
-report/top, training step-time logs, nccl-tests results and NCCL debug logs. Each finding names
-a layer and a check id, so a file's findings line up with the preflight checks.
+report/top, training step-time logs, nccl-tests results, NCCL debug logs and Nsight Systems
+reports (``nsys stats`` tables, and the SQLite export, recognised by its file header). Each
+finding names a layer and a check id, so a file's findings line up with the preflight checks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from exemplar_tune.diagnose import nccl_log, nccl_tests, numastat, perf, steptime, turbostat
+from exemplar_tune.diagnose import (
+    nccl_log,
+    nccl_tests,
+    nsys,
+    nsys_sqlite,
+    numastat,
+    perf,
+    steptime,
+    turbostat,
+)
 from exemplar_tune.diagnose.base import (
     KINDS_TEXT,
     Analyzer,
@@ -18,18 +28,20 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
+from exemplar_tune.diagnose.nsys_judge import compare_nsys
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input_bytes
 
 __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
-           "detect", "diagnose_paths", "diagnose_text"]
+           "compare_nsys", "compare_reports", "detect", "diagnose_paths", "diagnose_text"]
 
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER,
+    turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
+COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}
 
 
 def _is_text(text: str) -> bool:
@@ -67,12 +79,28 @@ def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = 
 
 
 def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None) -> list[Report]:
-    """Read and diagnose each file in order; the first unreadable or unknown one raises."""
+    """Read and diagnose each file in order; the first unreadable or unknown one raises.
+
+    An SQLite file (its 16-byte header) is read in place as an Nsight Systems export.
+    """
     reports = []
     for path in paths:
+        if nsys_sqlite.is_sqlite(path):
+            reports.append(nsys_sqlite.diagnose_file(path, path))
+            continue
         try:
             data = read_input_bytes(path, "capture")
         except UserError as exc:
             raise DiagnoseError(str(exc)) from None
         reports.append(diagnose_text(data.decode("utf-8", errors="replace"), path, expectations))
     return reports
+
+
+def compare_reports(reports: list[Report]) -> dict[str, Any]:
+    """Two reports of one kind side by side (nccl-tests: busbw per size; nsys: NCCL kernel
+    time per collective); ``DiagnoseError`` for any other pair."""
+    kinds = [r.kind for r in reports]
+    if len(reports) != 2 or kinds[0] != kinds[1] or kinds[0] not in COMPARERS:
+        raise DiagnoseError("--compare takes exactly two nccl-tests files or two nsys reports "
+                            f"(got: {', '.join(kinds)})")
+    return COMPARERS[kinds[0]](*reports)
