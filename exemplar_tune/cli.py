@@ -27,7 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 
 from exemplar_tune import __version__
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
-from exemplar_tune.diagnose import compare_nccl_tests, diagnose_paths
+from exemplar_tune.diagnose import DiagnoseError, compare_reports, diagnose_paths
 from exemplar_tune.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FINDINGS,
@@ -125,10 +125,13 @@ DIAGNOSE_EPILOG = """examples:
   exemplar-tune diagnose megatron.log --format json
   exemplar-tune diagnose nvidia-smi-q.txt              pasted 'nvidia-smi -q' (or -q -x XML)
   exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
+  exemplar-tune diagnose stats.txt report.sqlite           nsys stats output, nsys export
+  exemplar-tune diagnose a.sqlite b.sqlite --compare       NCCL kernel time per collective
 
 Recognised from the content: turbostat, numastat (default and -p), perf report/top,
 step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
-nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML.
+nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML,
+nsys stats reports (text, --format csv) and nsys SQLite exports (--type sqlite).
 Every finding names the layer and the preflight check it bears on.
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """
@@ -481,7 +484,8 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("files", nargs="+", metavar="FILE")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.add_argument("--compare", action="store_true",
-                     help="with two nccl-tests files: busbw ratio per size (second / first)")
+                     help="with two nccl-tests files: busbw ratio per size (second / first); "
+                     "with two nsys reports: mean NCCL kernel time per collective")
     cmd.set_defaults(func=cmd_diagnose)
 
 
@@ -598,11 +602,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                         f"none of the {len(errors)} files could be read: {'; '.join(errors)}")
     for error in errors:
         print(f"exemplar-tune: skipped {error}", file=sys.stderr)
-    comparison = None
-    if args.compare:
-        if len(reports) != 2 or any(r.kind != "nccl-tests" for r in reports):
-            raise UserError("--compare takes exactly two nccl-tests files")
-        comparison = compare_nccl_tests(*reports)
+    try:
+        comparison = compare_reports(reports) if args.compare else None
+    except DiagnoseError as exc:
+        raise UserError(str(exc)) from None
     docs = [r.to_dict() for r in reports]
     if args.format == "json":
         print(json.dumps({"reports": docs, "comparison": comparison, "skipped": errors},
@@ -622,8 +625,8 @@ def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
             lines += [f"        evidence {e}" for e in f["evidence"]]
     lines += [f"== warning: {w}" for w in (comparison or {}).get("warnings", [])]
     for coll in (comparison or {}).get("collectives", []):
-        lines.append(f"== {coll['collective']}: busbw ratio (geometric mean) "
-                     f"{coll['geomean_ratio']}")
+        lines.append(f"== {coll['text']}" if "text" in coll else f"== {coll['collective']}: "
+                     f"busbw ratio (geometric mean) {coll['geomean_ratio']}")
     return "\n".join(lines)
 
 

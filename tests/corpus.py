@@ -19,8 +19,18 @@ from typing import Any
 import pytest
 import yaml
 
+from exemplar_tune.diagnose import DiagnoseError, diagnose_paths
+
 REALWORLD = Path(__file__).parent / "fixtures" / "realworld"
 REL_TOL = 1e-3
+
+
+def read_paths(paths: list[str]) -> list[Any]:
+    """``diagnose_paths`` for files that must all be read: the first refusal raises."""
+    reports, errors = diagnose_paths(paths)
+    if errors:
+        raise DiagnoseError(errors[0])
+    return reports
 
 
 def readings(family: str) -> list[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """``exemplar-tune diagnose FILE...``: findings from captured signals, one analyzer per format.
 
 The format is recognised from the content, never the file name: turbostat, numastat, perf
-report/top, training step-time logs, nccl-tests results, NCCL debug logs and nvidia-smi ``-q``
-text or ``-q -x`` XML. Each finding names
-a layer and a check id, so a file's findings line up with the preflight checks.
+report/top, training step-time logs, nccl-tests results, NCCL debug logs, nvidia-smi ``-q``
+text or ``-q -x`` XML and Nsight Systems reports (``nsys stats`` tables, and the SQLite
+export, recognised by its file header). Each finding names a layer and a check id, so a
+file's findings line up with the preflight checks.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from exemplar_tune.diagnose import (
     nccl_log,
     nccl_tests,
+    nsys,
+    nsys_sqlite,
     numastat,
     nvidia_smi,
     perf,
@@ -28,18 +31,21 @@ from exemplar_tune.diagnose.base import (
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
 from exemplar_tune.diagnose.normalize import normalize, strip_ansi
+from exemplar_tune.diagnose.nsys_judge import compare_nsys
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input_bytes
 
 __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
-           "detect", "diagnose_paths", "diagnose_text"]
+           "compare_nsys", "compare_reports", "detect", "diagnose_paths", "diagnose_text"]
 
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
     nvidia_smi.ANALYZER, turbostat.ANALYZER, numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER,
+    nsys.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
+COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}
 
 
 def _is_text(text: str) -> bool:
@@ -87,12 +93,26 @@ def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = 
 def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None
                    ) -> tuple[list[Report], list[str]]:
     """Read and diagnose each file: the reports of the files that could be read, and one line
-    per file that could not (unreadable, empty, binary, unknown or malformed)."""
+    per file that could not (unreadable, empty, binary, unknown or malformed). An SQLite file
+    (its 16-byte header) is read in place as an Nsight Systems export."""
     reports, errors = [], []
     for path in paths:
         try:
+            if nsys_sqlite.is_sqlite(path):
+                reports.append(nsys_sqlite.diagnose_file(path, path))
+                continue
             data = read_input_bytes(path, "capture").decode("utf-8", errors="replace")
             reports.append(diagnose_text(data, path, expectations))
         except (UserError, DiagnoseError) as exc:
             errors.append(str(exc))
     return reports, errors
+
+
+def compare_reports(reports: list[Report]) -> dict[str, Any]:
+    """Two reports of one kind side by side (nccl-tests: busbw per size; nsys: NCCL kernel
+    time per collective); ``DiagnoseError`` for any other pair."""
+    kinds = [r.kind for r in reports]
+    if len(reports) != 2 or kinds[0] != kinds[1] or kinds[0] not in COMPARERS:
+        raise DiagnoseError("--compare takes exactly two nccl-tests files or two nsys reports "
+                            f"(got: {', '.join(kinds)})")
+    return COMPARERS[kinds[0]](*reports)

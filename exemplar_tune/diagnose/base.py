@@ -20,12 +20,19 @@ from exemplar_tune.checks import CHECKS
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 STATUSES = (PASS, WARN, FAIL, INFO)
 KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log, "
-              "nvidia-smi -q / -q -x")
+              "nvidia-smi -q / -q -x, nsys stats or SQLite export")
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
     "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",
     "workload.nccl-message-sizes": "The message sizes the workload's NCCL calls carry "
                                    "(NCCL_DEBUG_SUBSYS=COLL), to benchmark nccl-tests at",
+    "fabric.nccl-kernel-time": "Share of GPU kernel time in NCCL kernels per collective, and "
+                               "their mean duration (Nsight Systems)",
+    "workload.kernel-launch-rate": "Kernels are not many and tiny (median under 10 us with "
+                                   "1000+ per step, or launched slower than they run): "
+                                   "launch-bound (Nsight Systems)",
+    "workload.gpu-idle-gaps": "The GPU is not idle between kernels for long: gaps of 1 ms or "
+                              "more stay under 10 % of the timeline (Nsight Systems SQLite)",
 }
 
 
