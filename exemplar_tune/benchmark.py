@@ -464,8 +464,7 @@ def _parse_nccl(spec: BenchmarkSpec, out: str, err: str) -> tuple[list[float], f
     if not tests:
         raise _unparsable("nccl-tests", "no '# size count type ... busbw' table header")
     test = _pick_table(spec, [t for t in tests if t["rows"]])
-    wrong = sum(1 for r in test["rows"] for g in (r["out_of_place"], r["in_place"])
-                if g.get("wrong"))
+    wrong = len(nccl_tests.wrong_rows(test))  # a row once, whichever half is wrong
     if wrong or test["out_of_bounds"]:
         raise _NoValue(f"wrong results ({test['collective']}: {wrong} row(s) with #wrong > 0, "
                        f"{test['out_of_bounds'] or 0} out-of-bounds values)")

@@ -363,6 +363,9 @@ def test_empty_output_never_gives_a_value(tmp_path: Path, shape: dict[str, Any])
      "no sample found (size 3000 B not in the all_gather table (4 KiB .. 16 GiB))"),
     (f"print(open({str(GB300_ALLGATHER)!r}).read().replace('357.13 0 ', '357.13 2 '))",
      {"parser": "nccl-tests"}, "wrong results (all_gather: 1 row(s) with #wrong > 0, "),
+    (f"print(open({str(GB300_ALLGATHER)!r}).read().replace('357.13 0 ', '357.13 2 ')"
+     ".replace('373.54 0', '373.54 4'))",  # both halves of one row: one wrong row
+     {"parser": "nccl-tests"}, "wrong results (all_gather: 1 row(s) with #wrong > 0, "),
     (f"print(open({str(MEGATRON_LOG)!r}).read())", {"parser": "megatron", "warmup": 400},
      "no sample found (300 step time(s), all within the 400 warm-up steps)"),
     ("print('{\"a\": {\"b\": 1}}')", {"parser": "json", "path": "a.c", "higher_is_better": True},

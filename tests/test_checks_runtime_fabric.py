@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import copy
 from functools import cache
+from pathlib import Path
 
 import pytest
+from ansible_collections.exemplar.tune.plugins.module_utils import layer_runtime
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import parse_topo_xml
 
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
@@ -150,6 +153,58 @@ def test_topo_file_enroot_names_a_missing_file() -> None:
     outcome = check_topo_file(facts, load_profile("h100-x86"))
     assert outcome.status == FAIL
     assert "the host has no such file" in outcome.detail
+
+
+REALWORLD_TOPO = Path(__file__).parent / "fixtures" / "realworld" / "topology"
+
+
+def _enroot_only_host(root: Path, topo_file: str, devices: bool) -> dict:
+    """Facts of a host whose NCCL_TOPO_FILE comes only from enroot's environ.d, the file bound
+    from /opt/topo/site.xml (a real capture), its PCI devices present when ``devices``."""
+    text = (REALWORLD_TOPO / topo_file).read_text()
+    files = {"etc/enroot/enroot.conf": "",
+             "etc/enroot/environ.d/50-nccl.env": f"NCCL_TOPO_FILE={TOPO}\n",
+             "etc/enroot/mounts.d/50-nccl.fstab": f"/opt/topo/site.xml {TOPO} none bind\n",
+             "opt/topo/site.xml": text}
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    parsed = parse_topo_xml(text, topo_file)
+    present = parsed["gpus"] + parsed["nics"] if devices else []
+    for bdf in present:
+        (root / "sys/bus/pci/devices" / bdf).mkdir(parents=True)
+    return {"runtime": layer_runtime.gather(Sysroot(str(root)))}
+
+
+@pytest.mark.parametrize("topo_file, devices, want, text", [
+    ("azure-azhpc-images-topology-ndv5-topo.xml", True, PASS,
+     "/opt/topo/site.xml is a valid topology naming only this host's GPUs and NICs"),
+    ("azure-azhpc-images-topology-ncv4-graph.xml", True, FAIL,
+     "/opt/topo/site.xml is not a valid NCCL topology: root element is <graphs>"),
+    ("azure-azhpc-images-topology-ndv5-topo.xml", False, FAIL,
+     "/opt/topo/site.xml names GPUs this host lacks: 0001:00:00.0"),
+])
+def test_topo_file_from_enroot_only_is_judged_by_its_content(tmp_path, topo_file: str,
+                                                             devices: bool, want: str,
+                                                             text: str) -> None:
+    facts = _enroot_only_host(tmp_path, topo_file, devices)
+    outcome = check_topo_file(facts, load_profile("h100-x86"))
+    assert outcome.status == want
+    assert outcome.detail.startswith("unset for host processes; enroot gives container jobs "
+                                     f"{TOPO} (/etc/enroot/environ.d/50-nccl.env)")
+    assert text in outcome.detail
+    assert "content not parsed" not in outcome.detail
+
+
+def test_topo_in_container_enroot_carries_a_graph_dump(tmp_path) -> None:
+    """enroot carries the variable and binds the file, but the file is a <graphs> dump."""
+    facts = _enroot_only_host(tmp_path, "azure-azhpc-images-topology-ncv4-graph.xml", True)
+    enroot = facts["runtime"]["enroot"]
+    assert (enroot["carries_topo_env"], enroot["carries_topo_mount"]) == (True, True)
+    outcome = check_topo_in_container(facts, load_profile("h100-x86"))
+    assert outcome.status == FAIL
+    assert "/opt/topo/site.xml is not a valid NCCL topology: root element is <graphs>" in \
+        outcome.detail
 
 
 def test_topo_file_profile_silent_or_facts_missing() -> None:

@@ -371,6 +371,55 @@ def test_nccl_tests_wrong_results_fail():
     assert f.status == "fail" and f.values["wrong_rows"] == 1
 
 
+def test_nccl_tests_a_row_is_wrong_once_whichever_half():
+    text = sample(RTX5090).replace("0.94       0  2230.70    1.88    0.94       0",
+                                   "0.94       3  2230.70    1.88    0.94       5")
+    f = by_check(diagnose_text(text, "w"), "fabric.nccl-validation")[0]
+    assert f.status == "fail" and f.values["wrong_rows"] == 1
+
+
+def test_nccl_tests_blank_redop_column_shifts_nothing():
+    """Some builds print alltoall's redop blank: the row has one token fewer than the header."""
+    text = sample(RTX5090).replace("float     sum      -1", "float              -1")
+    assert text != sample(RTX5090)
+    row = _sizes(diagnose_text(text, "a"))[134217728]
+    assert (row["busbw"], row["in_place"]["busbw"], row["root"]) == (2.73, 2.72, "-1")
+    assert "redop" not in row and row["out_of_place"]["wrong"] == 0
+
+
+@pytest.mark.parametrize(("error", "want", "wrong"), [
+    ("1e-06", "pass", 0),   # within nccl-tests' float tolerance (1e-5)
+    ("2e-03", "fail", 8),   # above it, in every row
+    ("N/A", "info", None),  # -c 0
+])
+def test_nccl_tests_old_error_column_against_the_type_tolerance(error, want, wrong):
+    def old(tokens, header):
+        if header:
+            return ["error" if t == "#wrong" else t for t in tokens]
+        return [error if i in (8, 12) else t for i, t in enumerate(tokens)]
+    f = by_check(diagnose_text(_edit_header(sample(RTX5090), old), "e"),
+                 "fabric.nccl-validation")[0]
+    assert f.status == want and f.values.get("wrong_rows") == wrong
+
+
+def test_nccl_tests_without_header_rows_read_by_shape_or_refused():
+    headless = "\n".join(line for line in sample(RTX5090).splitlines()
+                         if not nccl_tests.header_names(line))
+    test = diagnose_text(headless, "h").summary["tests"][0]
+    assert (test["header"], len(test["sizes"]), test["sizes"][-1]["busbw"]) == (False, 8, 2.73)
+    no_root = headless.replace("sum      -1", "sum")  # 12 columns: not the default layout
+    with pytest.raises(DiagnoseError, match="^n: nccl-tests output without its column header"):
+        diagnose_text(no_root, "n")
+
+
+def test_nccl_tests_a_second_footer_starts_another_run():
+    text = sample(RTX5090)
+    r = diagnose_text(text + "\n".join(text.splitlines()[13:]) + "\n", "twice")
+    assert [len(t["sizes"]) for t in r.summary["tests"]] == [8, 8]
+    assert all(not t["interleaved_lines"] for t in r.summary["tests"])
+    assert r.summary["ranks"] == 2 and r.summary["hosts"] == 1
+
+
 def test_compare_nccl_tests():
     a = diagnose(A3MEGA)
     text = "\n".join(line.replace("  263.69", "  131.85") for line in sample(A3MEGA).splitlines())
@@ -428,6 +477,18 @@ def _log(*messages: str) -> str:
 def test_nccl_log_topology(messages, want, needle):
     f = by_check(diagnose_text(_log(*messages), "n"), "runtime.topo-in-container")[0]
     assert f.status == want and needle in f.message
+
+
+def test_nccl_log_two_hosts_gpu_0_are_two_gpus_by_their_launcher_labels():
+    """Lines without NCCL's host prefix keep the host the launcher's label named."""
+    text = ("nodea1: NCCL INFO Setting affinity for GPU 0 to 0-23\n"
+            "nodeb2: NCCL INFO Setting affinity for GPU 0 to 24-47\n"
+            "nodeb2: NCCL WARN NET/IB : Got async event : port error\n")
+    r = diagnose_text(text, "l")
+    assert r.summary["affinity"] == {"nodea1 GPU 0": "0-23", "nodeb2 GPU 0": "24-47"}
+    assert r.summary["hosts"] == 2
+    (f,) = by_check(r, "fabric.nccl-errors")
+    assert f.status == "fail" and f.values["hosts"] == ["nodeb2"] and f.values["lines"] == [3]
 
 
 def test_nccl_log_version_info_line_and_affinity_per_gpu():

@@ -350,6 +350,54 @@ def test_enroot_sysconf_path_from_environment_and_user_topo_target(tmp_path):
     assert [m["file"] for m in have["enroot"]["mounts_d"]] == [
         "/opt/enroot/etc/mounts.d/60-topo.fstab"]
     assert have["sources"]["enroot"].startswith("/opt/enroot/etc/enroot.conf")
+    carried = have["enroot_topo_file"]  # the host file behind the bind, which is not there
+    assert (carried["value"], carried["host_path"], carried["exists"], carried["parse"]) == (
+        "/opt/topo/h100.xml", "/shared/topo/h100.xml", False, None)
+
+
+@pytest.mark.parametrize(("mounts", "path", "want"), [
+    ([{"source": "/opt/topo/nc.xml", "target": "/etc/nccl/topo.xml"}], "/etc/nccl/topo.xml",
+     "/opt/topo/nc.xml"),
+    ([{"source": "/shared/nccl", "target": "/etc/nccl"}], "/etc/nccl/topo.xml",
+     "/shared/nccl/topo.xml"),
+    ([{"source": "/etc/nccl/topo.xml", "target": None}], "/etc/nccl/topo.xml",
+     "/etc/nccl/topo.xml"),
+    ([{"source": "tmpfs", "target": "/etc/nccl"}], "/etc/nccl/topo.xml", "/etc/nccl/topo.xml"),
+    ([], "/etc/nccl/topo.xml", "/etc/nccl/topo.xml"),
+])
+def test_host_path_behind_a_container_path(mounts, path, want):
+    assert layer_runtime.host_path_of(mounts, path) == want
+
+
+REALWORLD_TOPO = Path(__file__).parent / "fixtures" / "realworld" / "topology"
+
+
+def test_enroot_only_topo_file_is_parsed_and_a_graph_dump_is_invalid(tmp_path):
+    """NCCL_TOPO_FILE only in enroot's environ.d: the file behind its mount is read, and an
+    NCCL_GRAPH_DUMP_FILE (<graphs> root, Azure's ncv4-graph.xml) is no topology."""
+    graphs = (REALWORLD_TOPO / "azure-azhpc-images-topology-ncv4-graph.xml").read_text()
+    root = tree(tmp_path, {
+        "etc/enroot/enroot.conf": "",
+        "etc/enroot/environ.d/50-nccl.env": "NCCL_TOPO_FILE=/etc/nccl/topo.xml\n",
+        "etc/enroot/mounts.d/50-nccl.fstab": "/opt/topo/nc.xml /etc/nccl/topo.xml none bind\n",
+        "opt/topo/nc.xml": graphs,
+    })
+    facts = layer_runtime.gather(root)
+    assert facts["nccl_topo_file"]["value"] is None
+    carried = facts["enroot_topo_file"]
+    assert (carried["value"], carried["source"], carried["host_path"], carried["readable"]) == (
+        "/etc/nccl/topo.xml", "/etc/enroot/environ.d/50-nccl.env", "/opt/topo/nc.xml", True)
+    assert (carried["parse"]["valid"], carried["parse"]["root"]) == (False, "graphs")
+    assert "/opt/topo/nc.xml" in facts["sources"]["enroot_topo_file"]
+
+
+def test_no_enroot_topo_line_is_no_carried_file(tmp_path):
+    root = tree(tmp_path, {"etc/enroot/enroot.conf": "",
+                           "etc/enroot/environ.d/10-term.env": "TERM=${TERM}\n"})
+    assert layer_runtime.gather(root)["enroot_topo_file"] is None
+    root = tree(tmp_path, {"etc/enroot/environ.d/60-topo.env": "NCCL_TOPO_FILE=${TOPO}\n"})
+    carried = layer_runtime.gather(root)["enroot_topo_file"]
+    assert (carried["value"], carried["host_path"], carried["parse"]) == ("${TOPO}", None, None)
 
 
 # -- InfiniBand parsers -------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 NCCL never fails on a bad ``NCCL_TOPO_FILE``: an unreadable file is only an INFO line
 (``Could not open XML topology file``) and NCCL auto-detects instead;
-enroot clears the environment and mounts only what ``mounts.d`` lists (§6.1).
+enroot clears the environment and mounts only what ``mounts.d`` lists (§6.1). The file is
+judged by its content wherever the setting comes from: the host environment or nccl.conf
+(``nccl_topo_file``), enroot's environ.d (``enroot_topo_file``), or inside the container
+(the probe).
 """
 
 from __future__ import annotations
@@ -111,14 +114,24 @@ def _unset_on_host(runtime: dict[str, Any], expected: str, evidence: tuple[str, 
     exists = (runtime.get("default_topo_files") or {}).get(expected)
     evidence = evidence + source(facts, "runtime", "enroot")
     observed = {"value": expected, "source": entry.get("file")}
-    if exists is False:
+    carried = runtime.get("enroot_topo_file") or {}
+    host_path = carried.get("host_path")  # the host file behind it (a mounts.d bind's source)
+    if exists is False and host_path in (None, expected):
         return Outcome(FAIL, observed, expected,
                        f"enroot sets NCCL_TOPO_FILE={expected} but the host has no such file",
                        evidence)
-    known = "present" if exists else "presence unknown"
-    return Outcome(PASS, observed, expected,
-                   f"unset for host processes; enroot gives container jobs {expected} "
-                   f"({entry.get('file')}); file {known}, content not parsed", evidence)
+    lead = f"unset for host processes; enroot gives container jobs {expected} " \
+           f"({entry.get('file')})"
+    if not host_path:  # facts of an older gatherer
+        known = "present" if exists else "presence unknown"
+        return Outcome(PASS, observed, expected, f"{lead}; file {known}, content not parsed",
+                       evidence)
+    evidence = evidence + source(facts, "runtime", "enroot_topo_file")
+    problems = _file_problems({**carried, "value": host_path}, None)
+    if problems:
+        return Outcome(FAIL, observed, expected, f"{lead}, but " + "; ".join(problems), evidence)
+    return Outcome(PASS, observed, expected, f"{lead}; {host_path} is a valid topology naming "
+                   "only this host's GPUs and NICs", evidence)
 
 
 def _absent_note(runtime: dict[str, Any], path: str) -> str:
@@ -190,6 +203,14 @@ def _from_enroot(facts: Facts, runtime: dict[str, Any], expected: str,
         lead = "host has it, containers will not" if host_value else \
             "neither the host nor containers get it"
         return Outcome(FAIL, observed, expected, f"{lead}: {'; '.join(missing)}", evidence)
+    carried = runtime.get("enroot_topo_file") or {}
+    parse = carried.get("parse")
+    if parse and not parse.get("valid"):
+        return Outcome(FAIL, observed, expected,
+                       f"enroot carries NCCL_TOPO_FILE ({entry.get('file')}), but "
+                       f"{carried.get('host_path')} is not a valid NCCL topology: "
+                       f"{parse.get('error')}", evidence + source(facts, "runtime",
+                                                                  "enroot_topo_file"))
     return Outcome(PASS, observed, expected,
                    f"enroot carries NCCL_TOPO_FILE ({entry.get('file')}) and binds {expected}; "
                    "give --launcher to confirm inside the job container", evidence)

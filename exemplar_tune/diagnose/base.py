@@ -23,6 +23,7 @@ KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug 
               "nvidia-smi -q / -q -x, nsys stats or SQLite export")
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
+    "fabric.nccl-errors": "NCCL logs no failures (WARN lines, error returns, raised errors)",
     "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",
     "workload.nccl-message-sizes": "The message sizes the workload's NCCL calls carry "
                                    "(NCCL_DEBUG_SUBSYS=COLL), to benchmark nccl-tests at",

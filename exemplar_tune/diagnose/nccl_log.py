@@ -7,7 +7,11 @@ readable where NCCL ran (typically not mounted into the container) and NCCL fell
 auto-detection; ``XML Topology has wrong version`` and ``XML Parse`` warnings mean the file was
 found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with GRAPH;
 ``NET/OFI Adding NCCL_TOPO_FILE=X to environment`` is the aws-ofi-nccl plugin setting it.
-``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU.
+``Setting affinity for GPU n to <cpus>`` is the CPU set NCCL derived for that GPU (per host:
+two hosts' GPU 0 are two GPUs). Failures (``NCCL WARN`` lines, error returns, NCCL errors a
+framework raised) become one finding per kind (``nccl_warn``). The summary counts the NCCL
+ranks (host, process and device of the line prefixes) and hosts seen, and the transports
+named (``Using network IB``, ``via NET/Socket/0``, ``via P2P/IPC``).
 With ``NCCL_DEBUG_SUBSYS=COLL`` the log also carries one line per call (``nccl_coll``): then
 one INFO finding per collective names the message sizes that carry 90 % of its bytes."""
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from exemplar_tune.diagnose import nccl_coll
+from exemplar_tune.diagnose import nccl_coll, nccl_warn
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
@@ -34,7 +38,6 @@ KIND = "nccl-log"
 CHECK_TOPO = "runtime.topo-in-container"
 CHECK_AFFINITY = "cpu.job-cpus-gpu-local"
 CHECK_SIZES = "workload.nccl-message-sizes"
-_PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]")
 _EVENTS = (  # (event, pattern); the first group is the path or value
     ("set", re.compile(r"NCCL_TOPO_FILE set by environment to (\S+)")),
     ("loading", re.compile(r"Loading topology file (\S+)")),
@@ -47,29 +50,38 @@ _EVENTS = (  # (event, pattern); the first group is the path or value
 _AFFINITY = re.compile(r"Setting affinity for GPU (\d+) to (\S+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN)\b|^NCCL version \d")
+_TRANSPORT = re.compile(r"\bvia (NET/[\w-]+|P2P/[\w-]+|P2P\b|SHM|CollNet\w*)|"
+                        r"\bUsing network ([\w ]+?)\s*$")
 _BROKEN = ("cannot_open", "wrong_version", "parse_error")
 
 
 def sniff(text: str) -> bool:
-    """NCCL INFO/WARN lines, or COLL call lines whose prefix was cut."""
+    """NCCL INFO/WARN lines, COLL call lines whose prefix was cut, or an NCCL error that a
+    framework raised (``NCCL error in: ... unhandled system error, NCCL version 2.7.8``)."""
     return any(_NCCL_LINE.search(line) or nccl_coll.is_call_line(line)
-               for line in text.splitlines())
+               or nccl_warn.RAISED.search(line) for line in text.splitlines())
 
 
 def parse_log(text: str) -> dict[str, Any]:
-    """Topology events ``[(event, line, groups)]``, affinity per host/GPU, version, counts."""
-    out: dict[str, Any] = {"events": [], "affinity": {}, "version": None, "lines": 0, "warn": 0}
+    """Topology events ``[(event, line, groups)]``, affinity per host/GPU, version, counts,
+    the ranks and hosts of the line prefixes, and the transports named."""
+    out: dict[str, Any] = {"events": [], "affinity": {}, "version": None, "lines": 0, "warn": 0,
+                           "ranks": set(), "hosts": set(), "transports": set()}
+    sources = getattr(text, "sources", ())
     for n, line in numbered(text):
+        if (m := _VERSION.search(line)) and not out["version"]:
+            out["version"] = m.group(1).rstrip(".,")
         if not _NCCL_LINE.search(line):
             continue
         out["lines"] += 1
         out["warn"] += " NCCL WARN " in line
-        prefix = _PREFIX.match(line)
-        host = prefix.group("host") if prefix else "?"
-        if (m := _VERSION.search(line)) and not out["version"]:
-            out["version"] = m.group(1).rstrip(".")
+        host, rank = nccl_warn.origin(line, sources[n - 1] if n <= len(sources) else None)
+        out["hosts"].update([host] if host else [])
+        out["ranks"].update([rank] if rank else [])
+        if m := _TRANSPORT.search(line):
+            out["transports"].add(m.group(1) or f"NET/{m.group(2)}")
         if m := _AFFINITY.search(line):
-            out["affinity"][f"{host} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
+            out["affinity"][f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
         for event, rx in _EVENTS:
             if m := rx.search(line):
                 out["events"].append((event, n, m.groups()))
@@ -143,12 +155,16 @@ def coll_summary(coll: nccl_coll.CollLog) -> dict[str, Any]:
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     log = parse_log(text)
     coll = nccl_coll.parse_coll_log(text)
-    if not log["lines"] and not coll.calls:
+    problems = nccl_warn.parse_problems(text)
+    if not log["lines"] and not coll.calls and not problems:
         raise DiagnoseError(f"{source}: no NCCL log lines")
-    findings = [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
+    findings = nccl_warn.judge_problems(source, problems)
+    findings += [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
     findings += judge_sizes(source, coll)
     summary = {"nccl_version": log["version"] or coll.version, "nccl_lines": log["lines"],
-               "warnings": log["warn"],
+               "warnings": log["warn"], "problems": [p.to_dict() for p in problems],
+               "ranks": len(log["ranks"]) or None, "hosts": len(log["hosts"]) or None,
+               "transports": sorted(log["transports"]),
                "topology_events": [{"event": e, "line": n, "value": g[0]}
                                    for e, n, g in log["events"]],
                "affinity": {k: v["cpus"] for k, v in log["affinity"].items()},

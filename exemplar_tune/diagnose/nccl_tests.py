@@ -1,13 +1,11 @@
 """nccl-tests results (``all_reduce_perf`` and friends): bus bandwidth per message size.
 
-Format (``NVIDIA/nccl-tests:src/util.cu``): a ``#`` preamble, a column
-header ``# size count type redop root time algbw busbw #wrong time algbw busbw #wrong`` (the
-first group is out-of-place, the second in-place; ``-C 1`` renames ``time`` to ``cputime``,
-``-I 1`` adds ``i_min i_max i_p99 i_cv%`` after each ``#wrong``), one row per size, and a
-footer (``# Out of bounds values : 0 OK``, ``# Avg bus bandwidth : 138.589``, and in newer
-builds ``# Collective test concluded: all_gather_perf``). Columns are matched by the header's
-names, so collapsed whitespace and extra columns parse the same. ``busbw`` below is the
-out-of-place value; the in-place one is kept alongside.
+The tables are read by :mod:`nccl_tests_table` (every generation of the format, several runs
+in one file, rows of runs interleaved). Per table: the bandwidth (an INFO finding, or judged
+against expectations ``{size_bytes: busbw}``), the wrong results (a row is wrong when either
+half is), and a warning when the rows of several runs are interleaved. The summary names the
+ranks and hosts where the text shows them and the NCCL version; NCCL WARN lines and error
+returns in the output become findings as in an NCCL debug log (:mod:`nccl_warn`).
 """
 
 from __future__ import annotations
@@ -16,86 +14,49 @@ import math
 import re
 from typing import Any
 
+from exemplar_tune.diagnose import nccl_log, nccl_warn
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
     PASS,
+    WARN,
     Analyzer,
     DiagnoseError,
     Finding,
     Report,
     cite,
     finding,
-    numbered,
-    to_float,
 )
+from exemplar_tune.diagnose.nccl_tests_table import (
+    AVG,
+    DEFAULT_NAMES,
+    OOB,
+    UNITS,
+    collective,
+    header_names,
+    parse_row,
+    parse_tests,
+    wrong_rows,
+)
+
+__all__ = ["ANALYZER", "KIND", "analyze", "collective", "compare_nccl_tests", "header_names",
+           "human", "parse_row", "parse_tests", "sniff", "wrong_rows"]
 
 KIND = "nccl-tests"
 CHECK_BW = "fabric.nccl-settings"
 CHECK_WRONG = "fabric.nccl-validation"
-_NAME = re.compile(r"Collective test (?:starting|concluded):\s*(\w+)|\b(\w+?)_perf\b")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
-_RENAME = {"time": "time_us", "cputime": "cputime_us", "#wrong": "wrong"}
-
-
-def header_names(line: str) -> list[str] | None:
-    """Column names of a ``# size count type ...`` header line, else ``None``."""
-    names = line.lstrip("#").split()
-    if line.startswith("#") and names[:3] == ["size", "count", "type"] and "busbw" in names:
-        return names
-    return None
+_RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+"
+                   r"(?P<host>\S+)\s+device\s+\d+")
+_PREAMBLE = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+")
+_NRANKS = re.compile(r"\bNCCL INFO\b.*\bnranks (\d+)")
+_LAUNCH = re.compile(r"\b(?:mpirun|mpiexec|srun)\b.*?\s(?:-np|-n|--ntasks|--np)[\s=](\d+)\b"
+                     r".*?\b\w+_perf\w*\b(?P<args>.*)$")
 
 
 def sniff(text: str) -> bool:
-    return any(header_names(line) for line in text.splitlines())
-
-
-def collective(name: str) -> str:
-    """``all_gather`` from ``all_gather_perf`` / ``reduce_scatter_perf_mpi``."""
-    return re.sub(r"_perf.*$", "", name)
-
-
-def parse_row(names: list[str], tokens: list[str]) -> dict[str, Any]:
-    """A result row: the leading columns, then one dict per ``time``-led group."""
-    split = next(i for i, n in enumerate(names) if n in ("time", "cputime"))
-    row: dict[str, Any] = {"size": int(tokens[0]), "count": int(tokens[1])}
-    row.update({n: t for n, t in zip(names[2:split], tokens[2:split], strict=False)})
-    groups: list[dict[str, Any]] = []
-    for name, tok in zip(names[split:], tokens[split:], strict=False):
-        if name in ("time", "cputime"):
-            groups.append({})
-        groups[-1][_RENAME.get(name, name)] = to_float(tok)
-    row["out_of_place"] = groups[0] if groups else {}
-    row["in_place"] = groups[1] if len(groups) > 1 else {}
-    row["busbw"] = row["out_of_place"].get("busbw")
-    return row
-
-
-def parse_tests(text: str) -> list[dict[str, Any]]:
-    """One entry per table: collective, rows (each with its line) and the footer values."""
-    tests: list[dict[str, Any]] = []
-    name, names = "", None
-    for n, line in numbered(text):
-        tokens = line.split()
-        if m := _NAME.search(line):
-            name = collective(m.group(1) or m.group(2))
-            if tests and "concluded" in line:
-                tests[-1]["collective"] = name
-        if header := header_names(line):
-            names = header
-            tests.append({"collective": name or "unknown", "line": n, "rows": [],
-                          "avg_busbw": None, "out_of_bounds": None})
-        elif names and tokens and tokens[0].isdigit() and len(tokens) > 5 \
-                and tokens[1].isdigit():
-            row = parse_row(names, tokens)
-            if row["busbw"] is not None:  # a row cut short
-                tests[-1]["rows"].append({**row, "line": n})
-        elif tests and (m := _AVG.match(line)):
-            tests[-1]["avg_busbw"] = float(m.group(1))
-        elif tests and (m := _OOB.match(line)):
-            tests[-1]["out_of_bounds"] = int(m.group(1))
-    return tests
+    """A column header, or the units line or footer of a table whose header was cut."""
+    return any(header_names(line) or UNITS.match(line) or AVG.match(line) or OOB.match(line)
+               for line in text.splitlines())
 
 
 def human(size: int) -> str:
@@ -140,36 +101,109 @@ def judge_bandwidth(source: str, test: dict[str, Any], expected: dict[int, float
 
 
 def judge_wrong(source: str, test: dict[str, Any]) -> Finding:
-    wrong = [(r["line"], g.get("wrong")) for r in test["rows"]
-             for g in (r["out_of_place"], r["in_place"]) if "wrong" in g]
-    bad = [n for n, w in wrong if w]
+    """Wrong results per row (``#wrong`` > 0, or an old build's ``error`` above tolerance)."""
+    bad = [row["line"] for row in wrong_rows(test)]
     oob = test["out_of_bounds"]
+    old = any("error" in row["out_of_place"] for row in test["rows"])
+    column = "error" if old else "#wrong"
     if bad or oob:
+        why = f" (error above the tolerance for {test['rows'][0]['type']})" if old and bad else ""
         return finding(CHECK_WRONG, FAIL, f"{test['collective']}: wrong results on "
-                       f"{len(bad)} row(s), {oob or 0} out-of-bounds values",
-                       [cite(source, bad or [test["line"]], "#wrong")],
+                       f"{len(bad)} row(s){why}, {oob or 0} out-of-bounds values",
+                       [cite(source, bad or [test["line"]], column)],
                        wrong_rows=len(bad), out_of_bounds=oob)
-    if not any(w is not None for _, w in wrong):
+    if all(row["wrong_result"] is None for row in test["rows"]):
         return finding(CHECK_WRONG, INFO, f"{test['collective']}: results not validated (-c 0)")
     return finding(CHECK_WRONG, PASS, f"{test['collective']}: no wrong results",
-                   [cite(source, [n for n, _ in wrong], "#wrong")], wrong_rows=0,
+                   [cite(source, [r["line"] for r in test["rows"]], column)], wrong_rows=0,
                    out_of_bounds=oob)
+
+
+def judge_interleaved(source: str, test: dict[str, Any]) -> list[Finding]:
+    """A warning when a table holds the rows of several runs (the size goes back)."""
+    at = test["interleaved"]
+    if not at:
+        return []
+    return [finding(CHECK_BW, WARN, f"{test['collective']}: rows of several runs interleaved "
+                    f"(the size goes back or repeats at {len(at)} row(s)): each process ran its "
+                    "own test (nccl-tests without MPI support, launched once per rank?); the "
+                    "bandwidths are per process, not one measurement across the job",
+                    [cite(source, at, "size")], interleaved_lines=at)]
 
 
 def test_summary(test: dict[str, Any]) -> dict[str, Any]:
     return {"collective": test["collective"], "avg_busbw": test["avg_busbw"],
-            "out_of_bounds": test["out_of_bounds"],
+            "out_of_bounds": test["out_of_bounds"], "header": test["header"],
+            "wrong_rows": len(wrong_rows(test)), "interleaved_lines": test["interleaved"],
             "sizes": [{k: v for k, v in r.items() if k != "line"} for r in test["rows"]]}
 
 
+def _launched_ranks(text: str) -> int | None:
+    """``-np N`` of an ``mpirun``/``srun`` line that starts a ``*_perf`` binary, times its
+    ``-g`` (GPUs per process) and ``-t`` (threads)."""
+    for line in text.splitlines():
+        if m := _LAUNCH.search(line):
+            per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", m["args"])) else 1
+                   for flag in ("g", "t")]
+            return int(m.group(1)) * per[0] * per[1]
+    return None
+
+
+def ranks_and_hosts(text: str, log: dict[str, Any]) -> dict[str, Any]:
+    """Ranks and hosts where the text shows them: the ``# Rank`` lines (hosts only when every
+    rank is listed; ``runs``: how many rank-0 lines, one per run), else NCCL INFO lines
+    (``nranks``, line prefixes), else the launcher command line; hosts also from the
+    launcher prefixes :mod:`normalize` removed."""
+    listed = [(int(m["rank"]), m["host"]) for line in text.splitlines()
+              if (m := _RANK.match(line))]
+    if listed:
+        count = max(r for r, _ in listed) + 1
+        complete = {r for r, _ in listed} == set(range(count))
+        return {"ranks": count, "hosts": len({h for _, h in listed}) if complete else None,
+                "runs": _runs(text)}
+    hosts = log["hosts"] or {s.split()[0] for s in getattr(text, "sources", ())
+                             if s and not s.startswith(("rank", "local"))}
+    nranks = [int(m.group(1)) for line in text.splitlines() if (m := _NRANKS.search(line))]
+    return {"ranks": max(nranks) if nranks else _launched_ranks(text),
+            "hosts": len(hosts) or None, "runs": _runs(text)}
+
+
+def _runs(text: str) -> int | None:
+    """How many runs printed a preamble: ``# nThread`` lines or ``# Rank 0`` lines."""
+    lines = text.splitlines()
+    preambles = sum(1 for line in lines if _PREAMBLE.match(line))
+    zeros = sum(1 for line in lines if (m := _RANK.match(line)) and m["rank"] == "0")
+    return max(preambles, zeros) or None
+
+
+def _no_rows(source: str, text: str, parsed: list[dict[str, Any]]) -> str:
+    if not parsed:
+        return (f"{source}: nccl-tests output without its column header ('#  size  count  type "
+                f"... busbw') and no row of the default {len(DEFAULT_NAMES)}-column layout: "
+                "the columns cannot be told apart")
+    runs = max(len(parsed), _runs(text) or 0)
+    if runs > 1:
+        return (f"{source}: nccl-tests output without result rows ({runs} runs interleaved: "
+                "each process ran its own test)")
+    return f"{source}: nccl-tests output without result rows"
+
+
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
-    tests = [t for t in parse_tests(text) if t["rows"]]
+    parsed = parse_tests(text)
+    tests = [t for t in parsed if t["rows"]]
     if not tests:
-        raise DiagnoseError(f"{source}: nccl-tests output without result rows")
+        raise DiagnoseError(_no_rows(source, text, parsed))
     expected = expected_busbw(expectations)
-    findings = [f for t in tests for f in (judge_bandwidth(source, t, expected),
-                                           judge_wrong(source, t))]
-    return Report(source, KIND, {"tests": [test_summary(t) for t in tests]}, findings)
+    log = nccl_log.parse_log(text)
+    problems = nccl_warn.parse_problems(text)
+    findings = nccl_warn.judge_problems(source, problems)
+    findings += [f for t in tests for f in (*judge_interleaved(source, t),
+                                            judge_bandwidth(source, t, expected),
+                                            judge_wrong(source, t))]
+    summary = {"tests": [test_summary(t) for t in tests], **ranks_and_hosts(text, log),
+               "nccl_version": log["version"], "transports": sorted(log["transports"]),
+               "problems": [p.to_dict() for p in problems]}
+    return Report(source, KIND, summary, findings)
 
 
 def compare_nccl_tests(report_a: Report, report_b: Report) -> dict[str, Any]:

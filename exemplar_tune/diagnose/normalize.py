@@ -34,7 +34,7 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]+) "
                           r"[\w./-]+(?:\[\d+\])?: "), None, "host"),
     ("dmesg time", re.compile(r"^\[\s*\d+\.\d+\]\s?"), None, None),
-    ("OpenMPI tag", re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank", None),
+    ("OpenMPI tag", re.compile(r"^\s*\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank", None),
     ("torchrun", re.compile(r"^\[(?:default|rank)(?P<local>\d+)\]:\s?"), "local", None),
     ("ray", re.compile(r"^\((?:[\w-]+, )?(?:rank=(?P<rank>\d+), )?[\w-]*\s?pid=\d+"
                        r"(?:, ip=(?P<host>[\d.]+))?\)\s?"), "rank", "host"),

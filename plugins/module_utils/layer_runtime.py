@@ -2,16 +2,22 @@
 
 Combines ``nccl_conf`` (NCCL_TOPO_FILE from the environment or the NCCL configuration files),
 ``topo_xml`` (the file's content) and ``enroot`` (environ.d/mounts.d, pyxis plugstack lines).
-The topology file's GPUs and NICs are compared with ``/sys/bus/pci/devices/<BDF>``.
+The topology file's GPUs and NICs are compared with ``/sys/bus/pci/devices/<BDF>``. The file
+is read wherever the setting comes from: the host's (``nccl_topo_file``) and the one enroot's
+environ.d gives every container (``enroot_topo_file``: the host file behind it, through the
+mounts.d bind that holds it, else the same path).
 """
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.enroot import (
     PLUGSTACK,
     PLUGSTACK_DIR,
+    TOPO_KEY,
+    covers,
     read_enroot,
     read_pyxis,
     sysconf_path,
@@ -69,6 +75,35 @@ def topo_file_fact(root: Sysroot, setting: dict[str, str] | None) -> dict[str, A
     }
 
 
+def host_path_of(mounts: list[dict[str, Any]], path: str) -> str:
+    """The host file behind container ``path``: the first mounts.d bind whose target holds it
+    (a bind with no target mounts its source at the same path), else ``path`` itself."""
+    for mount in mounts:
+        source, target = mount.get("source"), mount.get("target") or mount.get("source")
+        if source and source.startswith("/") and covers(target, path):
+            rest = posixpath.relpath(posixpath.normpath(path), posixpath.normpath(target))
+            return posixpath.normpath(posixpath.join(source, rest)) if rest != "." else source
+    return path
+
+
+def enroot_topo_fact(root: Sysroot, enroot: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``enroot_topo_file``: the NCCL_TOPO_FILE an enroot environ.d line gives containers and
+    the host file behind it, read like the host's own (:func:`topo_file_fact`; ``host_path``).
+    ``None`` when no environ.d line sets it; a value with ``${VAR}`` or a relative path is
+    kept with ``host_path: None`` (not resolvable here)."""
+    entry = next((e for e in (enroot or {}).get("environ_d") or [] if e["key"] == TOPO_KEY),
+                 None)
+    if entry is None:
+        return None
+    value = entry["value"]
+    if "$" in value or not value.startswith("/"):
+        return {**topo_file_fact(root, None), "value": value, "source": entry["file"],
+                "host_path": None}
+    host = host_path_of((enroot or {}).get("mounts_d") or [], value)
+    fact = topo_file_fact(root, {"value": host, "source": entry["file"]})
+    return {**fact, "value": value, "host_path": host}
+
+
 def conf_topo_keys(files: dict[str, list[dict[str, Any]] | None]) -> list[dict[str, Any]]:
     """NCCL_TOPO_FILE / NCCL_GRAPH_FILE lines in the NCCL configuration files (stale ones too)."""
     return [
@@ -101,7 +136,11 @@ def gather(root: Sysroot) -> dict[str, Any]:
     host_topo = _nccl_facts(root, sheet)
     topo_paths = list(dict.fromkeys([p for p in (host_topo, SITE_TOPO_FILE) if p]))
     base = sysconf_path(root).rstrip("/")
-    sheet.attempt("enroot", f"{base}/enroot.conf, {base}/environ.d, {base}/mounts.d",
-                  read_enroot, root, topo_paths)
+    enroot = sheet.attempt("enroot", f"{base}/enroot.conf, {base}/environ.d, {base}/mounts.d",
+                           read_enroot, root, topo_paths)
+    carried = sheet.put("enroot_topo_file", enroot_topo_fact(root, enroot),
+                        [f"{base}/environ.d", f"{base}/mounts.d"])
+    if carried and carried["host_path"]:
+        sheet.sources["enroot_topo_file"] += f", {carried['host_path']}, {PCI_DEVICES}"
     sheet.attempt("pyxis", f"{PLUGSTACK}, {PLUGSTACK_DIR}", read_pyxis, root)
     return sheet.result()

@@ -6,7 +6,10 @@ a ``<system version="1">`` root (``NCCL_TOPO_XML_VERSION``; any other version ma
 ``<pci busid=... class=...>`` elements; a GPU is a ``pci`` of class ``0x0302xx`` (3D
 controller) or ``0x0300xx`` (VGA) or one that contains ``<gpu>``; a NIC is a ``pci`` of class
 ``0x0207xx`` (InfiniBand) or ``0x0200xx`` (Ethernet) or one that contains ``<nic>``/``<net>``;
-``<net name="mlx5_0" .../>`` names the network devices. Parsed with ``safe_xml`` (untrusted).
+a ``<nic>`` with no ``pci`` parent (directly under ``<cpu>``, as NCCL dumps a virtual NIC, e.g.
+Azure NCv4's ``eth0``) is a NIC too, named by its nets. ``<net name="mlx5_0" .../>`` names
+the network devices. A ``<graphs>`` root is an ``NCCL_GRAPH_DUMP_FILE`` (for
+``NCCL_GRAPH_FILE``), not a topology. Parsed with ``safe_xml`` (untrusted).
 """
 
 from __future__ import annotations
@@ -49,18 +52,40 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def _pci_less_nics(element: ET.Element, under_pci: bool = False) -> list[ET.Element]:
+    """``<nic>`` elements with no ``<pci>`` ancestor."""
+    found = []
+    for child in element:
+        if child.tag == "nic" and not under_pci:
+            found.append(child)
+        found += _pci_less_nics(child, under_pci or child.tag == "pci")
+    return found
+
+
 def summarize_topology(system: ET.Element) -> dict[str, Any]:
-    """GPUs, NICs (normalised BDFs) and net names of a parsed ``<system>`` element."""
+    """GPUs, NICs (normalised BDFs) and net names of a parsed ``<system>`` element, NICs with
+    no PCI parent (by their net names) and the element counts (``nic`` counts both kinds)."""
     pcis = [pci for pci in system.iter("pci") if pci.get("busid")]
+    gpus = _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_gpu(p)])
+    nics = _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_nic(p)])
+    loose = [",".join(n.get("name", "?") for n in nic.iter("net")) or "?"
+             for nic in _pci_less_nics(system)]
     return {
-        "gpus": _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_gpu(p)]),
-        "nics": _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_nic(p)]),
+        "gpus": gpus,
+        "nics": nics,
         "nets": _unique([net.get("name", "") for net in system.iter("net") if net.get("name")]),
+        "nics_without_pci": loose,
+        "counts": {"cpu": sum(1 for _ in system.iter("cpu")),
+                   "pci": sum(1 for _ in system.iter("pci")),
+                   "gpu": len(gpus), "nic": len(nics) + len(loose),
+                   "graph": sum(1 for _ in system.iter("graph")),
+                   "channel": sum(1 for _ in system.iter("channel"))},
     }
 
 
 def parse_topo_xml(text: str, source: str) -> dict[str, Any]:
-    """``{valid, version, gpus, nics, nets, error}`` of an NCCL topology file.
+    """``{valid, root, version, gpus, nics, nets, nics_without_pci, counts, error}`` of an
+    NCCL topology file.
 
     Malformed or unsafe XML raises ``ParseError``. A well-formed document whose root is not
     ``<system>`` or whose ``version`` is not ``"1"`` is returned with ``valid: False`` and the
@@ -75,14 +100,16 @@ def parse_topo_xml(text: str, source: str) -> dict[str, Any]:
         error = "<system> has no version attribute"
     elif version.strip() != TOPO_XML_VERSION:
         error = f"XML Topology has wrong version {version}, {TOPO_XML_VERSION} needed"
-    return {"valid": error is None, "version": version, **summarize_topology(root),
-            "error": error}
+    if root.tag == "graphs":
+        error += " (a <graphs> file is an NCCL_GRAPH_DUMP_FILE, for NCCL_GRAPH_FILE)"
+    return {"valid": error is None, "root": root.tag, "version": version,
+            **summarize_topology(root), "error": error}
 
 
 def invalid(reason: str) -> dict[str, Any]:
     """The summary of a file that could not be read or parsed at all."""
-    return {"valid": False, "version": None, "gpus": None, "nics": None, "nets": None,
-            "error": reason}
+    return {"valid": False, "root": None, "version": None, "gpus": None, "nics": None,
+            "nets": None, "nics_without_pci": None, "counts": None, "error": reason}
 
 
 def read_topo_file(root: Sysroot, path: str) -> dict[str, Any]:

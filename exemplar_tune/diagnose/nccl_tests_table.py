@@ -1,0 +1,196 @@
+"""Reading nccl-tests result tables, across the generations of the format.
+
+Format (``NVIDIA/nccl-tests:src/util.cu``, ``common.cu``): a ``#`` preamble (``# nThread 1 nGpus
+1 ...``, one ``#  Rank  N Group G Pid P on HOST device D`` line per rank), a column header
+``# size count type redop root time algbw busbw #wrong time algbw busbw #wrong`` (the first
+group is out-of-place, the second in-place; ``-C 1`` renames ``time`` to ``cputime``, ``-I 1``
+adds ``i_min i_max i_p99 i_cv%`` after each ``#wrong``), one row per size, and a footer
+(``# Out of bounds values : 0 OK``, ``# Avg bus bandwidth : 138.589``, and in newer builds
+``# Collective test concluded: all_gather_perf``).
+
+Columns are matched by the header's names, so collapsed whitespace, new widths and extra
+columns read the same. The measured groups (from the first ``time`` on) are aligned from the
+right, so a blank leading column (alltoall's empty ``redop`` in some builds) or a missing one
+(old builds have no ``root`` or no ``redop``) shifts nothing; a row cut short after its
+out-of-place ``busbw`` is read from the left. Old builds print ``error`` (the
+largest deviation seen) instead of ``#wrong``: a half is wrong when it exceeds the tolerance
+nccl-tests applied to the type (its ``DeltaMaxValue``: integer types exact, float 1e-5, double
+1e-12, half and bfloat16 up to 5e-2). A row is wrong when either half is.
+
+A table ends at its footer; rows after it without a new header are another run with the same
+columns. Sizes that go back or repeat inside one table are rows of several runs interleaved
+(nccl-tests built without MPI support runs a whole test in every launched process). Rows with
+no column header anywhere in the text are read by their shape only when they have the 13
+columns of the current default layout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from exemplar_tune.diagnose.base import numbered, to_float
+
+DEFAULT_NAMES = ["size", "count", "type", "redop", "root",
+                 "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"]
+NAME = re.compile(r"Collective test (?:starting|concluded):\s*(\w+)|\b(\w+?)_perf\b")
+AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
+UNITS = re.compile(r"^#\s*\(B\)\s+\(elements\)")
+_RENAME = {"time": "time_us", "cputime": "cputime_us", "#wrong": "wrong"}
+
+
+def header_names(line: str) -> list[str] | None:
+    """Column names of a ``# size count type ...`` header line, else ``None``."""
+    names = line.lstrip("#").split()
+    if line.startswith("#") and names[:3] == ["size", "count", "type"] and "busbw" in names:
+        return names
+    return None
+
+
+def collective(name: str) -> str:
+    """``all_gather`` from ``all_gather_perf`` / ``reduce_scatter_perf_mpi``."""
+    return re.sub(r"_perf.*$", "", name)
+
+
+def _number_like(token: str) -> bool:
+    return token.lstrip("-").isdigit()
+
+
+def _leading(names: list[str], tokens: list[str]) -> dict[str, str] | None:
+    """The columns between ``type`` and ``time``. With fewer tokens than names each token
+    takes the next name its shape fits (``root`` a number, ``redop`` a word); a token that
+    fits none means the line is no row."""
+    if len(tokens) == len(names):
+        return dict(zip(names, tokens, strict=True))
+    out: dict[str, str] = {}
+    free = list(names)
+    for token in tokens:
+        fit = next((n for n in free if (n == "root") == _number_like(token)), None)
+        if fit is None:
+            return None
+        out[fit] = token
+        free = free[free.index(fit) + 1:]
+    return out
+
+
+def _groups(names: list[str], tokens: list[str]) -> list[dict[str, Any]] | None:
+    """One dict per ``time``-led group; ``None`` when a time is not a number >= 0."""
+    groups: list[dict[str, Any]] = []
+    for name, token in zip(names, tokens, strict=True):
+        value = to_float(token)
+        if name in ("time", "cputime"):
+            if value is None or value < 0:
+                return None
+            groups.append({})
+        groups[-1][_RENAME.get(name, name)] = value
+    return groups
+
+
+def parse_row(names: list[str], tokens: list[str]) -> dict[str, Any] | None:
+    """A result row read against the header ``names``, or ``None`` when ``tokens`` are none:
+    size, count, type and the columns up to the first time column, then ``out_of_place`` and
+    ``in_place`` (the measured groups, aligned from the right; a row cut short after its
+    out-of-place ``busbw`` from the left), ``busbw`` (out-of-place) and ``wrong_result``
+    (either half wrong; ``None`` when neither was validated)."""
+    split = next((i for i, n in enumerate(names) if n in ("time", "cputime")), None)
+    if split is None:
+        return None
+    row = _aligned(names, tokens, split, len(tokens) - (len(names) - split))
+    if row is None and split + 3 <= len(tokens) < len(names):
+        row = _aligned(names[:len(tokens)], tokens, split, split)
+    return row
+
+
+def _aligned(names: list[str], tokens: list[str], split: int, cut: int) -> dict[str, Any] | None:
+    """The row when ``tokens[cut:]`` are the columns ``names[split:]``."""
+    lead = tokens[:cut]
+    if not (3 <= len(lead) <= split and lead[0].isdigit() and lead[1].isdigit()
+            and to_float(lead[2]) is None):
+        return None
+    between = _leading(names[3:split], lead[3:])
+    groups = _groups(names[split:], tokens[cut:])
+    if between is None or groups is None or groups[0].get("busbw") is None:
+        return None
+    row: dict[str, Any] = {"size": int(lead[0]), "count": int(lead[1]), "type": lead[2],
+                           **between, "out_of_place": groups[0],
+                           "in_place": groups[1] if len(groups) > 1 else {}}
+    row["busbw"] = row["out_of_place"]["busbw"]
+    row["wrong_result"] = _row_wrong(row)
+    return row
+
+
+def tolerance(dtype: str) -> float:
+    """The largest ``error`` an old nccl-tests build accepted for ``dtype``."""
+    name = dtype.lower()
+    if "int" in name or name in ("char", "byte"):
+        return 0.0
+    if name in ("double", "float64"):
+        return 1e-12
+    if name in ("float", "float32"):
+        return 1e-5
+    return 5e-2  # half, bfloat16, fp8: the widest tolerance nccl-tests used
+
+
+def _row_wrong(row: dict[str, Any]) -> bool | None:
+    verdicts = []
+    for group in (row["out_of_place"], row["in_place"]):
+        if group.get("wrong") is not None:
+            verdicts.append(group["wrong"] > 0)
+        elif group.get("error") is not None:
+            verdicts.append(group["error"] > tolerance(str(row["type"])))
+    return any(verdicts) if verdicts else None
+
+
+def _table(name: str, line: int, header: bool) -> dict[str, Any]:
+    return {"collective": name or "unknown", "line": line, "rows": [], "avg_busbw": None,
+            "out_of_bounds": None, "header": header}
+
+
+def went_back(rows: list[dict[str, Any]]) -> list[int]:
+    """Lines where the size went back or repeated (only a size rounded to 0 repeats)."""
+    return [b["line"] for a, b in zip(rows, rows[1:], strict=False)
+            if b["size"] < a["size"] or b["size"] == a["size"] > 0]
+
+
+def _row_of(names: list[str] | None, line: str) -> dict[str, Any] | None:
+    tokens = line.split()
+    if not tokens or not tokens[0].isdigit():
+        return None
+    if names is None and len(tokens) != len(DEFAULT_NAMES):
+        return None  # no header: read by shape only when the row is whole
+    return parse_row(names or DEFAULT_NAMES, tokens)
+
+
+def parse_tests(text: str) -> list[dict[str, Any]]:
+    """One entry per table: ``collective``, ``line``, ``rows`` (each with its ``line``),
+    ``avg_busbw``, ``out_of_bounds``, ``header`` (``False``: columns read by shape) and
+    ``interleaved`` (the lines where the size went back or repeated)."""
+    tests: list[dict[str, Any]] = []
+    name, names, open_table = "", None, False
+    for n, line in numbered(text):
+        if m := NAME.search(line):
+            name = collective(m.group(1) or m.group(2))
+            if tests and "concluded" in line:
+                tests[-1]["collective"] = name
+        if header := header_names(line):
+            names, open_table = header, True
+            tests.append(_table(name, n, True))
+        elif row := _row_of(names, line):
+            if not open_table:
+                tests.append(_table(name, n, names is not None))
+                open_table = True
+            tests[-1]["rows"].append({**row, "line": n})
+        elif tests and (m := AVG.match(line)):
+            tests[-1]["avg_busbw"] = float(m.group(1))
+            open_table = False
+        elif tests and (m := OOB.match(line)):
+            tests[-1]["out_of_bounds"] = int(m.group(1))
+    for test in tests:
+        test["interleaved"] = went_back(test["rows"])
+    return tests
+
+
+def wrong_rows(test: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a table with a wrong result in either half (each row counted once)."""
+    return [row for row in test["rows"] if row.get("wrong_result")]

@@ -1,0 +1,195 @@
+"""NCCL failures in captured text, grouped by kind: one finding per kind, with count and lines.
+
+NCCL reports trouble three ways (``NVIDIA/nccl:src/include/debug.h`` and ``checks.h``):
+
+* ``host:pid:tid [dev] file.cc:line NCCL WARN <message>``: IB work completions with an error
+  status (``NET/IB : Got completion from peer X with error 12`` or ``status=12``, the
+  ``ibv_wc_status`` of ``infiniband/verbs.h``), IB async events (``port error``, ``local
+  catastrophic error``), failed verbs calls (``Call to ibv_create_qp failed``), refused
+  connections, libraries that do not load, fatal communicator errors;
+* the failing return value traced at INFO up the call chain: ``NCCL INFO init.cc:577 -> 2``
+  (the ``ncclResult_t`` of ``nccl.h``: 2 is a system error, 6 a remote/network error);
+* frameworks re-raise it: ``NCCL error in: ...ProcessGroupNCCL.cpp:825, unhandled system
+  error, NCCL version 2.7.8`` and ``ncclSystemError: System call (socket, ...) failed.``
+
+Lines are read wherever their NCCL prefix stands (after launcher prefixes :mod:`normalize`
+did not know, or an author's prose); GitHub's auto-links (``[net_ib.cc:101](http://...)``)
+are read as their text. XML topology warnings are left to the topology judgement.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from exemplar_tune.diagnose.base import FAIL, WARN, Finding, cite, finding, numbered
+
+CHECK = "fabric.nccl-errors"
+PREFIX = re.compile(r"(?:^|(?<=[\s`\[(]))(?P<host>[^\s:`\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) "
+                    r"\[(?P<dev>\d+)\]")
+_LINK = re.compile(r"\[([^\]\n]*)\]\(https?://[^)\s]*\)?")
+_WARN = re.compile(r"\bNCCL WARN\s+(?P<msg>.*)$")
+_RETURN = re.compile(r"\bNCCL INFO .*?(?P<where>[\w./-]+\.\w+:\d+) -> (?P<code>\d+)\b")
+RAISED = re.compile(r"\bNCCL error\b.*?,\s*(?P<why>unhandled system error|unhandled cuda "
+                     r"error|internal error|invalid argument|invalid usage|remote process "
+                     r"exited or there was a network error)|\b(?P<name>nccl(?:UnhandledCuda|"
+                     r"System|Internal|InvalidArgument|InvalidUsage|Remote)Error)\b")
+_TOPOLOGY = re.compile(r"^XML\b|XML Topology")
+_NET_IB = re.compile(r"^\s*NET/IB\s*:\s*")
+
+# ncclResult_t (nccl.h); 7 (ncclInProgress) is not a failure
+RESULTS = {1: ("ncclUnhandledCudaError", "unhandled cuda error"),
+           2: ("ncclSystemError", "unhandled system error"),
+           3: ("ncclInternalError", "internal error"),
+           4: ("ncclInvalidArgument", "invalid argument"),
+           5: ("ncclInvalidUsage", "invalid usage"),
+           6: ("ncclRemoteError", "remote process exited or there was a network error")}
+# ibv_wc_status (infiniband/verbs.h), by value
+WC_STATUS = ("success", "local length error", "local QP operation error",
+             "local EE context operation error", "local protection error",
+             "work request flushed error", "memory management operation error",
+             "bad response error", "local access error", "remote invalid request error",
+             "remote access error", "remote operation error", "transport retry counter exceeded",
+             "RNR retry counter exceeded", "local RDD violation error",
+             "remote invalid RD request", "aborted error", "invalid EE context number",
+             "invalid EE context state", "fatal error", "response timeout error", "general error")
+
+
+@dataclass
+class Problem:
+    """One kind of failure: a label, a status and every line that shows it."""
+
+    label: str
+    status: str
+    kind: str = "warn"  # warn (a WARN line), return (an error return traced), raised
+    lines: list[int] = field(default_factory=list)
+    hosts: set[str] = field(default_factory=set)
+    details: set[str] = field(default_factory=set)
+    example: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pattern": self.label, "status": self.status, "count": len(self.lines),
+                "lines": list(self.lines), "hosts": sorted(self.hosts),
+                "details": sorted(self.details)}
+
+
+def unlinked(line: str) -> str:
+    """``line`` with Markdown auto-links (``[text](http://...)``) read as their text."""
+    return _LINK.sub(r"\1", line) if "](http" in line else line
+
+
+def origin(line: str, source: str | None = None) -> tuple[str | None, str | None]:
+    """``(host, rank key)`` of an NCCL line: its ``host:pid:tid [dev]`` prefix, else the
+    launcher source :mod:`normalize` kept; the rank key is ``host:pid [dev]``."""
+    if m := PREFIX.search(line):
+        return m.group("host"), f"{m.group('host')}:{m.group('pid')} [{m.group('dev')}]"
+    return source, None
+
+
+def _wc(code: str) -> str:
+    n = int(code)
+    return WC_STATUS[n] if n < len(WC_STATUS) else "unknown status"
+
+
+def _result(code: int) -> str:
+    name, text = RESULTS[code]
+    return f"{name}: {text}"
+
+
+# (pattern on the WARN message, status, label from the match, detail from the match)
+_Rule = tuple[re.Pattern[str], str, Callable[[re.Match[str]], str],
+              Callable[[re.Match[str]], str | None]]
+_RULES: tuple[_Rule, ...] = (
+    (re.compile(r"Got completion from peer (?P<peer>\S+?)(?:<\d+>)?,? with (?:error |status=)"
+                r"(?P<code>\d+)(?:.*?vendor err (?P<vendor>\d+))?(?:.*?\((?P<dir>Send|Recv)\))?"),
+     FAIL, lambda m: f"IB completion error {m['code']} ({_wc(m['code'])})",
+     lambda m: " ".join(p for p in (m["vendor"] and f"vendor err {m['vendor']}", m["dir"]) if p)
+     or None),
+    (re.compile(r"(?P<dev>\S+:\d+)?\s*(?:Got )?async (?:fatal )?event(?: on QP \([^)]*\))?"
+                r"\s*:\s*(?P<event>.+?)\s*$"),
+     FAIL, lambda m: f"IB async event: {m['event']}", lambda m: m["dev"]),
+    (re.compile(r"communicator encountered a fatal error(?: \((?P<where>[^)]*)\))?"),
+     FAIL, lambda m: "communicator fatal error", lambda m: m["where"]),
+    (re.compile(r"Call to (?P<call>\w+) failed(?:\s*(?:with error|:)\s*(?P<why>.+))?"),
+     FAIL, lambda m: f"{m['call']} failed", lambda m: m["why"]),
+    (re.compile(r"Connect to (?P<peer>\S+) failed\s*:\s*(?P<why>.+?)\s*$"),
+     FAIL, lambda m: f"connect to peer failed: {m['why']}", lambda m: m["peer"]),
+    (re.compile(r"collective mismatch error(?P<why>.*?)(?:\s+addr\b|$)"),
+     FAIL, lambda m: "collective mismatch: the ranks called different collectives or sizes",
+     lambda m: m["why"].strip() or None),
+    (re.compile(r"Failed to open (?P<lib>\S+)"),
+     WARN, lambda m: f"cannot load {m['lib']}" + (": no IB verbs, NCCL falls back to sockets"
+                                                  if "ibverbs" in m["lib"] else ""),
+     lambda m: None),
+    (re.compile(r"Cuda failure '?(?P<why>[^']+)'?"),
+     FAIL, lambda m: f"CUDA failure: {m['why'].strip()}", lambda m: None),
+    (re.compile(r"(?P<call>nccl\w+) failed: (?P<why>.+?)\s*$"),
+     FAIL, lambda m: f"{m['call']} failed: {m['why']}", lambda m: None),
+)
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def _classify(message: str) -> tuple[str, str, str | None]:
+    for pattern, status, label, detail in _RULES:
+        if m := pattern.search(message):
+            return label(m), status, detail(m)
+    text = re.sub(r"^[\w./-]+\.\w+:\d+\s+", "", message)  # file:line of older builds
+    return f"NCCL WARN {_NUMBERS.sub('N', text)[:120]}", WARN, None
+
+
+def parse_problems(text: str) -> list[Problem]:
+    """Every failure line of ``text`` (a :class:`~normalize.CleanText` or plain), grouped."""
+    sources = getattr(text, "sources", ())
+    groups: dict[str, Problem] = {}
+
+    def add(label: str, status: str, n: int, line: str, detail: str | None,
+            kind: str = "warn") -> None:
+        host, _ = origin(line, sources[n - 1] if n <= len(sources) else None)
+        group = groups.setdefault(label, Problem(label, status, kind, example=line.strip()[:300]))
+        group.lines.append(n)
+        group.hosts.update([host] if host else [])
+        group.details.update([detail] if detail else [])
+
+    for n, raw in numbered(text):
+        line = unlinked(raw)
+        if m := _WARN.search(line):
+            message = _NET_IB.sub("", m["msg"])
+            if not _TOPOLOGY.search(message):
+                label, status, detail = _classify(message)
+                add(label, status, n, line, detail)
+        elif (m := _RETURN.search(line)) and int(m["code"]) in RESULTS:
+            add(f"NCCL calls returned {_result(int(m['code']))}", FAIL, n, line,
+                m["where"].rsplit("/", 1)[-1], "return")
+        elif m := RAISED.search(line):
+            code = next(c for c, (name, why) in RESULTS.items() if m["why"] == why
+                        or m["name"] == name)
+            add(f"NCCL error raised to the framework: {_result(code)}", FAIL, n, line, None,
+                "raised")
+    return list(groups.values())
+
+
+def judge_problems(source: str, problems: list[Problem]) -> list[Finding]:
+    """One finding per kind of failure: its count, hosts and lines (fail before warn)."""
+    out = []
+    for p in sorted(problems, key=lambda p: (p.status != FAIL, p.kind == "return", p.lines[0])):
+        out.append(finding(CHECK, p.status, _message(p),
+                           [cite(source, p.lines)], pattern=p.label, count=len(p.lines),
+                           lines=list(p.lines),
+                           hosts=sorted(p.hosts), details=sorted(p.details), example=p.example))
+    return out
+
+
+def _message(p: Problem) -> str:
+    hosts = sorted(p.hosts)
+    where = f" on {', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}" if hosts else ""
+    details = sorted(p.details)
+    detail = f" ({', '.join(details[:3])}{', ...' if len(details) > 3 else ''})" \
+        if details else ""
+    if p.kind == "return":
+        return f"{p.label}: traced at {len(details)} call site(s) on {len(p.lines)} line(s)" \
+               f"{detail}{where}"
+    if p.kind == "raised":
+        return f"{p.label}{where}"
+    return f"{len(p.lines)} x {p.label}{detail}{where}"
