@@ -15,7 +15,7 @@ from exemplar_tune.diagnose import DiagnoseError, diagnose_text
 from tests.corpus import REALWORLD
 
 TEXT_FAMILIES = ("nccl-tests", "nccl-log", "nccl-coll", "steptime", "turbostat", "numastat",
-                 "perf")
+                 "perf", "nsys", "nvidia-smi-text", "nvidia-smi-xml")
 CAPTURES = sorted(p for family in TEXT_FAMILIES for p in (REALWORLD / family).iterdir()
                   if p.suffix not in (".md", ".yaml"))
 SETTINGS = settings(max_examples=12, derandomize=True, deadline=None,
@@ -28,15 +28,26 @@ PREFIXES = st.sampled_from([
 ])
 
 
+SOURCE_KEYS = {"input", "ranks", "hosts", "sources"}  # what added prefixes themselves tell
+
+
 def reading(text: str, name: str) -> Any:
-    """What a report says, without the note on removed input noise; or the refusal line."""
+    """What a report says, without what added prefixes tell (the note on removed input, the
+    ranks and hosts they name); or the refusal line."""
     try:
         doc = diagnose_text(text, name).to_dict()
     except DiagnoseError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(name)
         return ("refused", str(exc).split(": ", 1)[1])
-    doc["summary"].pop("input", None)
-    return doc
+    return _without_sources(doc)
+
+
+def _without_sources(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_sources(v) for k, v in value.items() if k not in SOURCE_KEYS}
+    if isinstance(value, list):
+        return [_without_sources(v) for v in value]
+    return value
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
