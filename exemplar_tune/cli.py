@@ -125,7 +125,8 @@ DIAGNOSE_EPILOG = """examples:
   exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
 
 Recognised from the content: turbostat, numastat (default and -p), perf report/top,
-step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs.
+step-time logs (Megatron-LM, NeMo/Lightning, torchtitan, DeepSpeed, HF Trainer, litgpt, tqdm,
+one number per line), nccl-tests, NCCL_DEBUG=INFO logs.
 Every finding names the layer and the preflight check it bears on.
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """
