@@ -129,7 +129,8 @@ DIAGNOSE_EPILOG = """examples:
   exemplar-tune diagnose a.sqlite b.sqlite --compare       NCCL kernel time per collective
 
 Recognised from the content: turbostat, numastat (default and -p), perf report/top,
-step-time logs (Megatron-LM, NeMo, one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
+step-time logs (Megatron-LM, NeMo/Lightning, torchtitan, DeepSpeed, HF Trainer, litgpt, tqdm,
+one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
 nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML,
 nsys stats reports (text, --format csv) and nsys SQLite exports (--type sqlite).
 Every finding names the layer and the preflight check it bears on.

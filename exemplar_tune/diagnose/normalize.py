@@ -50,9 +50,12 @@ class CleanText(str):
     ``sources[i]`` names where line ``i + 1`` came from (``"node01 rank 3"``, ``"rank 3"``
     (global, from srun or OpenMPI), ``"local rank 3"`` (torchrun), or ``None``); ``stripped``
     counts the lines per prefix kind removed; ``noise`` counts the lines that had ANSI codes,
-    carriage returns or other control characters.
+    carriage returns or other control characters; ``raw`` is the text as given (its line
+    ``i + 1`` is line ``i + 1`` here), for readers that need what was removed (a timestamp, the
+    progress-bar states a carriage return overwrote).
     """
 
+    raw: str
     sources: tuple[str | None, ...]
     stripped: dict[str, int]
     noise: dict[str, int]
@@ -84,6 +87,7 @@ def normalize(text: str) -> CleanText:
     skip = {kind for kind in MOSTLY if counts[kind] * 2 < written}
     done = trial if not skip else [_strip(line, skip) for line in lines]
     clean = CleanText("\n".join(text for text, _, _ in done))
+    clean.raw = text
     clean.sources = tuple(source for _, _, source in done)
     clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
     clean.noise = dict(noise)
