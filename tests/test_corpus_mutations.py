@@ -5,6 +5,7 @@ other mutation a reading or a one-line refusal — never a traceback.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -21,10 +22,17 @@ CAPTURES = sorted(p for family in TEXT_FAMILIES for p in (REALWORLD / family).it
 SETTINGS = settings(max_examples=12, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
+# One process's output through a launcher, with prefixes that add no time: the reading must
+# not change (a rank per line would be several processes). A collector's timestamps are
+# information (step-time readers time steps by them), so a made-up constant one may change
+# the reading; it must still give a reading or a one-line refusal.
 PREFIXES = st.sampled_from([
-    lambda i: f"{i % 4}: ", lambda i: f"[1,{i % 8}]<stdout>:", lambda _: "[default0]:",
+    lambda _: "3: ", lambda _: "[1,3]<stdout>:", lambda _: "[default0]:",
+    lambda _: "gpu-node01: ", lambda _: "> ",
+])
+TIMESTAMPS = st.sampled_from([
     lambda _: "2026-04-28T14:14:42.123Z ", lambda _: "[2026-04-28 14:14:42] ",
-    lambda _: "Apr 28 14:14:42 gpu01 trainer[311]: ", lambda _: "> ",
+    lambda _: "Apr 28 14:14:42 gpu01 trainer[311]: ",
 ])
 
 
@@ -47,6 +55,9 @@ def _without_sources(value: Any) -> Any:
         return {k: _without_sources(v) for k, v in value.items() if k not in SOURCE_KEYS}
     if isinstance(value, list):
         return [_without_sources(v) for v in value]
+    if isinstance(value, str):  # a message naming the source: "... on rank 3"
+        return re.sub(r" (?:on|from|of) (?:gpu-node01|rank 3|local rank 0)"
+                      r"(?: (?:rank 3|local rank 0))*\b", "", value)
     return value
 
 
@@ -56,14 +67,29 @@ def _without_sources(value: Any) -> Any:
 def test_prefixes_and_terminal_noise_do_not_change_the_reading(path, prefix, stacked, crlf,
                                                                colour):
     text = path.read_text(errors="replace")
+    mutated = decorated(text, prefix, stacked, crlf, colour)
+    assert reading(mutated, path.name) == reading(text, path.name)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@SETTINGS
+@given(stamp=TIMESTAMPS, prefix=PREFIXES)
+def test_timestamped_captures_are_read_or_refused_in_one_line(path, stamp, prefix):
+    text = path.read_text(errors="replace")
+    reading(decorated(text, lambda i: stamp(i) + prefix(i), False, False, False), path.name)
+
+
+def decorated(text: str, prefix: Any, stacked: bool, crlf: bool, colour: bool) -> str:
+    """Every written line of ``text`` with ``prefix(i)`` (under a "[default0]:" when
+    ``stacked``), in colour and with CRLF endings if asked."""
     lines = text.split("\n")
     mutated = []
     for i, line in enumerate(lines):
         if line:
-            line = ("2026-04-28T14:14:42Z " if stacked else "") + prefix(i) + line
+            line = ("[1,3]<stdout>:" if stacked else "") + prefix(i) + line
             line = f"\x1b[2m{line}\x1b[0m" if colour else line
         mutated.append(line + ("\r" if crlf and i < len(lines) - 1 else ""))
-    assert reading("\n".join(mutated), path.name) == reading(text, path.name)
+    return "\n".join(mutated)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
