@@ -142,7 +142,7 @@ def test_tune_report_shows_the_way_to_the_reference_and_fits_1280_px(tuned, tmp_
                     in text), c
             assert f"{c['n_baseline']} + {c['n_candidate']}" in text
     # both hosts made the same changes: one group naming both, each path once
-    assert "2 hosts: node01, node02" in text
+    assert "2 hosts: node[01-02]" in text
     assert text.count("<code>/proc/sys/kernel/numa_balancing</code>") == 1
     assert "| cpu | kept |" in markdown and "## Gap to the reference" in markdown
     assert_fits(page, tmp_path)

@@ -307,7 +307,7 @@ def test_bad_slurm_form_on_the_command_line(tmp_path):
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump({"shapes": [{
         "name": "b", "command": "x", "parser": "steptime", "slurm": {"mode": "srun"}}]}))
-    out = cli("tune", "--bench", str(path), "--dry-run")
+    out = cli("tune", "--bench", str(path), "--dry-run", "--quiet")  # stderr: the error only
     assert out.returncode == 2
     assert out.stderr == (f"exemplar-tune: error: benchmark file {path}: shape 'b': "
                           "slurm.partition: missing (required)\n")

@@ -219,7 +219,7 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path):
             (["--knob", f"{QPS}=2", "--sizes-from", str(empty)], "no NCCL collective calls"),
             (["--knob", f"{QPS}=2", "--max-rounds", "1"], "need 2 <= min-rounds"),
             (["--knob", f"{QPS}=4"], "nothing to sweep")):
-        out = sweep(directory, *args)
+        out = sweep(directory, *args, "--quiet")  # stderr: the error only
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], out.stderr
