@@ -44,8 +44,9 @@ def say(text: str, stream: TextIO | None = None) -> None:
 class HostProgress:
     """Progress of one Ansible run, fed its events (:meth:`event`); close with :meth:`close`.
 
-    ``total`` is called once, at the first task, for the number of hosts the run targets
-    (``None`` when it cannot say: the bar then counts without an end).
+    ``total`` is called once, at the first task of a live bar, for the number of hosts the
+    run targets (``None`` when it cannot say: the bar then counts without an end); plain
+    lines count the hosts that answered and never pay for resolving the inventory.
     """
 
     def __init__(self, label: str, total: Callable[[], int | None],
@@ -82,7 +83,7 @@ class HostProgress:
     def _start_task(self, name: str) -> None:
         if self.task_name is not None:
             self._end_task()
-        if self.total is None:
+        if self.live and self.total is None:  # resolving the inventory costs Ansible's imports
             self.total = self._total_of()
         self.task_name, self.done, self.problems = name, set(), 0
         self.step_started = self.beat = time.monotonic()
@@ -97,7 +98,7 @@ class HostProgress:
             self.bar.start()
             self.bar_task = self.bar.add_task(f"{self.label}: {name}", total=self.total)
         else:
-            say(f"{self.label}: {name} on {self.total or 'the'} host(s) ...", self.stream)
+            say(f"{self.label}: {name} ...", self.stream)
 
     def _host_done(self, host: str, problem: bool) -> None:
         if self.task_name is None or host in self.done:
@@ -108,7 +109,7 @@ class HostProgress:
             self.bar.update(self.bar_task, completed=len(self.done))
         elif time.monotonic() - self.beat >= HEARTBEAT_S:
             self.beat = time.monotonic()
-            say(f"{self.label}: {self.task_name}: {len(self.done)}/{self.total} host(s), "
+            say(f"{self.label}: {self.task_name}: {len(self.done)} host(s) so far, "
                 f"{self.beat - self.step_started:.0f} s", self.stream)
 
     def _end_task(self) -> None:
@@ -118,5 +119,5 @@ class HostProgress:
             self.bar = None
             return
         problems = f", {self.problems} failed or unreachable" if self.problems else ""
-        say(f"{self.label}: {self.task_name}: {len(self.done)}/{self.total} host(s) "
-            f"answered{problems} in {seconds:.1f} s", self.stream)
+        say(f"{self.label}: {self.task_name}: {len(self.done)} host(s) answered{problems} "
+            f"in {seconds:.1f} s", self.stream)
