@@ -62,14 +62,16 @@ def audit_lines(doc: dict[str, Any], diff: bool, details: bool) -> list[str]:
 
 
 def apply_lines(doc: dict[str, Any], diff: bool) -> list[str]:
-    """``apply`` as text: one line per group of hosts with the same changes."""
+    """``apply`` as text: one line per group of hosts with the same changes (a host's own
+    name in them written ``{host}``)."""
     verb = "would change" if doc["check"] else "changed"
     head = f"apply {doc['layer']} (profile {doc['profile']})"
     lines = [head + ("" if doc["check"] else f", experiment {doc['experiment']}")]
     folded: dict[str, list[str]] = {}
     ok = {h: d for h, d in doc["hosts"].items() if d["status"] != "failed"}
     for host, data in sorted(ok.items()):
-        folded.setdefault(json.dumps(data["changed"], sort_keys=True), []).append(host)
+        key = without_host(json.dumps(data["changed"], sort_keys=True), host)
+        folded.setdefault(key, []).append(host)
     for key, hosts in sorted(folded.items(), key=lambda kv: (-len(kv[1]), kv[1])):
         knobs = json.loads(key)
         names = ", ".join(dict.fromkeys(k["knob"] for k in knobs)) or "nothing"
