@@ -430,7 +430,9 @@ def _parse_or_fail(spec: BenchmarkSpec, out: str, err: str, log_path: Path | Non
 
 
 def _joined(out: str, err: str) -> str:
-    return out + ("\n" if out and not out.endswith("\n") and err else "") + err
+    """stdout then stderr, normalised once (launcher prefixes, terminal noise), the text as
+    printed and each line's rank kept for the step-time readers."""
+    return normalize(out + ("\n" if out and not out.endswith("\n") and err else "") + err)
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -451,8 +453,6 @@ def _parse(spec: BenchmarkSpec, out: str, err: str) -> tuple[list[float], float]
     """``(samples, value)`` from the command's output, by the shape's parser."""
     if not (out + err).strip():
         raise _no_sample("the command printed nothing")
-    if spec.parser != "json":  # launcher prefixes (srun --label, OpenMPI) and terminal noise
-        out, err = normalize(out), normalize(err)
     samples, value = _PARSERS[spec.parser](spec, out, err)
     if not all(math.isfinite(v) for v in [*samples, value]):
         raise _unparsable(spec.parser, "a sample is not a finite number")

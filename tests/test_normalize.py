@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exemplar_tune.diagnose.normalize import clean_line, normalize, sources_of
+from exemplar_tune.diagnose.normalize import clean_line, normalize
 from tests.corpus import REALWORLD
 
 ROW = "           8             2     float     sum      -1    164.3    0.00    0.00      0"
@@ -46,7 +46,7 @@ def test_ambiguous_prefixes_only_when_most_lines_have_them():
     assert normalize(text) == text
     labelled = normalize("0: a\n1: b\n0: c\nplain\n")
     assert labelled == "a\nb\nc\nplain\n"
-    assert sources_of(labelled, [1, 2, 3, 4]) == {"rank 0", "rank 1"}
+    assert {source for source in labelled.sources if source} == {"rank 0", "rank 1"}
 
 
 def test_line_numbers_stay_those_of_the_file():

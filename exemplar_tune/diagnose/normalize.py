@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
 
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
                    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Za-z0-9]|[=>])")
@@ -145,8 +144,3 @@ def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:
 def _natural(name: str) -> list[object]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
-
-def sources_of(text: str, numbers: Iterable[int]) -> set[str]:
-    """The sources of the given 1-based lines of a :class:`CleanText` (none for plain text)."""
-    sources = getattr(text, "sources", ())
-    return {sources[n - 1] for n in numbers if 0 < n <= len(sources) and sources[n - 1]}
