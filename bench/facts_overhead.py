@@ -7,6 +7,10 @@ Builds an inventory of N local-connection hosts (all this machine), then runs, f
 connection measures the module cost itself (AnsiballZ packaging, interpreter start, the
 reads), which is what a fleet pays per host on top of its transport.
 
+``facts`` runs with the payload bytecode cache (a private directory here, warmed by the
+first run: a host's second and later runs); ``facts-cold`` with the cache off (what a host's
+first run compiles).
+
     python bench/facts_overhead.py                 # N = 50 and 200, 1 round
     python bench/facts_overhead.py --hosts 20 --repeat 3 --forks 8
 """
@@ -23,8 +27,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MODULES = {"ping": "ansible.builtin.ping", "facts": "exemplar.tune.facts",
-           "setup": "ansible.builtin.setup"}
+# label -> (module, extra environment)
+MODULES = {"ping": ("ansible.builtin.ping", {}),
+           "facts": ("exemplar.tune.facts", {}),
+           "facts-cold": ("exemplar.tune.facts", {"EXEMPLAR_TUNE_BYTECODE_CACHE": "off"}),
+           "setup": ("ansible.builtin.setup", {})}
 
 
 def write_inventory(directory: Path, count: int) -> Path:
@@ -47,7 +54,8 @@ def environment(directory: Path) -> dict[str, str]:
     return dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(directory / "colls"),
                 PATH=f"{bindir}:{os.environ['PATH']}", ANSIBLE_LOAD_CALLBACK_PLUGINS="0",
                 ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
-                ANSIBLE_LOCAL_TEMP=str(directory / "tmp"))
+                ANSIBLE_LOCAL_TEMP=str(directory / "tmp"),
+                EXEMPLAR_TUNE_BYTECODE_CACHE=str(directory / "bytecode"))
 
 
 def time_module(module: str, inventory: Path, forks: int, env: dict[str, str]) -> float:
@@ -72,17 +80,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-facts-") as tmp:
         directory = Path(tmp)
         env = environment(directory)
-        print(f"{'hosts':>6} {'module':>6} {'wall s':>8} {'per host ms':>12} {'x ping':>7}")
+        print(f"{'hosts':>6} {'module':>10} {'wall s':>8} {'per host ms':>12} {'x ping':>7}")
         for count in args.hosts or [50, 200]:
             inventory = write_inventory(directory, count)
             walls = {name: [] for name in MODULES}
             for _ in range(args.repeat):
-                for name, module in MODULES.items():
-                    walls[name].append(time_module(module, inventory, args.forks, env))
+                for name, (module, extra) in MODULES.items():
+                    walls[name].append(time_module(module, inventory, args.forks,
+                                                   {**env, **extra}))
             ping = statistics.median(walls["ping"])
             for name in MODULES:
                 wall = statistics.median(walls[name])
-                print(f"{count:>6} {name:>6} {wall:>8.1f} {1000 * wall / count:>12.0f} "
+                print(f"{count:>6} {name:>10} {wall:>8.1f} {1000 * wall / count:>12.0f} "
                       f"{wall / ping:>7.2f}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
@@ -99,3 +100,22 @@ def test_recording_notes_what_was_read(tmp_path):
     root.read_optional("etc/absent")
     root.listdir("etc")
     assert seen == {"/etc/hostname", "/etc"}
+
+
+def test_a_live_command_runs_once_per_sysroot(tmp_path, monkeypatch):
+    """The gpu (Xids) and vm (CMDQV) layers both read the kernel log: one ``dmesg``."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+
+    real = shutil.which("dmesg")
+    assert real, "dmesg is in util-linux (.ci/packages.txt)"
+    calls = tmp_path / "calls"
+    wrapper = tmp_path / "bin" / "dmesg"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho run >> "{calls}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    facts = gather_facts(Sysroot("/"), ["gpu", "vm"])
+    assert calls.read_text() == "run\n"
+    assert facts["vm"]["cmdqv"]["dmesg"] is not None
+    gather_facts(Sysroot("/"), ["vm"])  # a new Sysroot reads the host again
+    assert calls.read_text() == "run\nrun\n"

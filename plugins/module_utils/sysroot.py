@@ -71,7 +71,7 @@ class Sysroot:
         self.root = os.path.abspath(root)
         self.live = self.root == "/"
         self._record = record
-        self._outputs: dict[str, CommandOutput] = {}
+        self._outputs: dict[str, CommandOutput | NotSupported] = {}
         self._links: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
@@ -277,13 +277,23 @@ class Sysroot:
         """Output of a known command: run it live, or read the captured file in a sysroot.
 
         Raises ``NotSupported`` when the command is not installed (live) or was not captured
-        (sysroot). A command that runs but fails returns its rc and stderr.
+        (sysroot). A command that runs but fails returns its rc and stderr. A live command runs
+        at most once per ``Sysroot`` (two layers reading the kernel log share one ``dmesg``);
+        a new ``Sysroot`` reads the host again.
         """
         argv = COMMANDS[name]
         if not self.live:
             rel = f"{COMMANDS_DIR}/{name}"
             return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
-        return run_command(argv)
+        if name not in self._outputs:
+            try:
+                self._outputs[name] = run_command(argv)
+            except NotSupported as missing:
+                self._outputs[name] = missing
+        found = self._outputs[name]
+        if isinstance(found, NotSupported):
+            raise found
+        return found
 
     def environ(self) -> dict[str, str]:
         """The reading process's environment, limited to NCCL_/ENROOT_ variables and HOME.

@@ -77,6 +77,12 @@ bios:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import gather_into

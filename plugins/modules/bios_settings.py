@@ -97,6 +97,12 @@ reboot_required:
   type: bool
 """
 
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import plan_change
 from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import RedfishChange

@@ -45,6 +45,12 @@ system:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
     choose_reset_type,
     read_snapshot,

@@ -27,6 +27,12 @@ ansible_facts:
   type: dict
 """
 
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
 
 

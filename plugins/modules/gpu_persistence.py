@@ -75,6 +75,12 @@ note:
 
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (

@@ -68,6 +68,12 @@ matched:
   type: int
 """
 
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import AttrChange
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (

@@ -111,6 +111,12 @@ journal:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+    use_bytecode_cache,
+)
+
+use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
+
 from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
 from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
