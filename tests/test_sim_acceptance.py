@@ -7,15 +7,18 @@ simulated benchmark's output, the SQLite ledger. Seeds are fixed, so decisions a
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.model import host_state, load_scenario
-from tests.helpers import cli_env, tree_hash
+from tests.helpers import cli_env, tree_hash, tree_state
 from tests.test_cli import cli
 from tests.test_tune import other_fabric
 
@@ -43,6 +46,9 @@ def test_demo_closes_the_gap_and_leaves_nothing_outside_its_directory(tmp_path):
     temp.mkdir()
     env = dict(cli_env(), HOME=str(home), TMPDIR=str(temp))
     env.pop("EXEMPLAR_TUNE_STATE_DIR", None)
+    env.pop("EXEMPLAR_TUNE_BYTECODE_CACHE", None)  # the demo must set its own
+    user_cache = Path(pwd.getpwuid(os.geteuid()).pw_dir, ".cache", "exemplar-tune")
+    before = tree_state(user_cache) if user_cache.exists() else None
     out = subprocess.run([sys.executable, "-m", "exemplar_tune.cli", "demo", "--hosts", "2"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
                          check=False)
@@ -56,6 +62,7 @@ def test_demo_closes_the_gap_and_leaves_nothing_outside_its_directory(tmp_path):
     assert "== preflight" in out.stdout
     assert "FAIL  vm.cmdqv-params  2/2 hosts  node[01-02]" in out.stdout
     assert list(home.iterdir()) == [] and list(temp.iterdir()) == []
+    assert (tree_state(user_cache) if user_cache.exists() else None) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "tmp"]
 
 

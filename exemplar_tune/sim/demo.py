@@ -115,6 +115,7 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
     with _environment({"EXEMPLAR_TUNE_STATE_DIR": str(state),
                        "ANSIBLE_HOME": str(state / "ansible"),
                        "ANSIBLE_REMOTE_TMP": str(state / "ansible" / "tmp"),
+                       "EXEMPLAR_TUNE_BYTECODE_CACHE": str(state / "bytecode"),
                        "MPLCONFIGDIR": str(state / "matplotlib")}):
         for title, argv in steps:
             print(f"\n== {title}: exemplar-tune {' '.join(argv)}", flush=True)
