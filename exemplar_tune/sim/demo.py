@@ -40,7 +40,7 @@ The same seed gives the same decisions. The pieces: exemplar-tune sim --help.
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``."""
-    cmd = sub.add_parser("demo", help="see it all on a simulated cluster (2-3 minutes)",
+    cmd = sub.add_parser("demo", help="see it all on a simulated cluster (about 2 minutes)",
                          description="Build a simulated GPU cluster, run preflight, tune every "
                          "layer and write the report.", epilog=DEMO_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
