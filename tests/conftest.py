@@ -33,7 +33,8 @@ sys.path.insert(0, str(_COLLECTIONS))
 os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(_COLLECTIONS)
 os.environ.setdefault("ANSIBLE_LOCAL_TEMP", str(_COLLECTIONS / "tmp"))
 os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
-# Module payloads keep their bytecode here, not in the home of whoever runs the tests.
+# Module payloads keep their bytecode here, not in the home of whoever runs the tests (the SSH
+# fleet's sshd passes it to its sessions: tests/sshfleet.py).
 os.environ.setdefault("EXEMPLAR_TUNE_BYTECODE_CACHE", str(_COLLECTIONS / "bytecode"))
 
 

@@ -48,6 +48,7 @@ CONTROLLER = "10.237.46.1"
 LOCK = Path("/run/lock/xtf-fleet.lock")
 SSHD = "/usr/sbin/sshd"
 CONFIG_NAME = "xtf-sshd_config"  # also how leftover listeners are recognised
+BYTECODE_CACHE_ENV = "EXEMPLAR_TUNE_BYTECODE_CACHE"
 CONTROL_DIR = "xtf-cp"  # ControlPersist sockets (ssh mux processes name them)
 MAX_HOSTS = 200
 SET_HOSTNAME = ("import os, socket, sys; socket.sethostname(sys.argv[1]); "
@@ -261,8 +262,12 @@ def _write_keys(workdir: Path) -> None:
 
 
 def _write_sshd_config(workdir: Path) -> Path:
+    """The hosts' sshd configuration; sessions get this process's module bytecode cache
+    setting (the tests' private directory), if it has one."""
     path = workdir / CONFIG_NAME
+    cache = os.environ.get(BYTECODE_CACHE_ENV)
     path.write_text("\n".join([
+        *([f'SetEnv {BYTECODE_CACHE_ENV}="{cache}"'] if cache else []),
         f"HostKey {workdir / 'ssh_host_ed25519_key'}",
         f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
         "PermitRootLogin prohibit-password", "PubkeyAuthentication yes",

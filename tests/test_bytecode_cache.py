@@ -64,13 +64,15 @@ def facts_payload(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return payload
 
 
-def _run_counted(script: Path, tmp_path: Path, cache: str) -> tuple[dict, dict[str, int]]:
-    """(module result, compile counts per module_utils file) of one run of ``script``."""
+def _run_counted(script: Path, tmp_path: Path, cache: str,
+                 *flags: str) -> tuple[dict, dict[str, int]]:
+    """(module result, compile counts per module_utils file) of one run of ``script`` by this
+    Python with ``flags``."""
     counter = tmp_path / "counter.py"
     counter.write_text(COUNTER)
     counts = tmp_path / "counts.json"
     env = dict(os.environ, COUNTS_OUT=str(counts), **{CACHE_ENV: cache})
-    out = subprocess.run([sys.executable, str(counter), str(script)], capture_output=True,
+    out = subprocess.run([sys.executable, *flags, str(counter), str(script)], capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=120, check=False)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return json.loads(out.stdout), json.loads(counts.read_text())
@@ -176,8 +178,9 @@ def test_traceback_shows_the_cached_module_source(tmp_path):
         "try:\n    explode()\n"
         "except RuntimeError:\n    print(json.dumps(traceback.format_exc()))\n"))
     cache = tmp_path / "cache"
-    for _ in range(2):  # compiled, then from the cache
-        text, _counts = _run_counted(script, tmp_path, str(cache))
+    for compiled in ({"boom.py": 1}, {}):  # compiled, then from the cache
+        text, counts = _run_counted(script, tmp_path, str(cache))
+        assert counts == {**compiled, **BEFORE_THE_CACHE}
         assert f"{PACKAGE_DIR}/boom.py\", line 2, in explode" in text
         assert "raise RuntimeError('boom from the payload')" in text
 
@@ -199,6 +202,8 @@ def _entry_code(entry: Path):
 @pytest.mark.parametrize("attack", ["foreign owner", "group-writable entry",
                                     "group-writable directory", "symlinked directory"])
 def test_entries_nobody_else_could_have_written_are_the_only_ones_run(tmp_path, attack):
+    if attack == "foreign owner" and os.geteuid() != 0:
+        pytest.skip("giving an entry to another user needs root")
     cache = tmp_path / "cache"
     archive = _payload_zip(tmp_path / "p.zip", MODULES)
     script = _script(tmp_path, archive, IMPORT_BOTH)
@@ -264,16 +269,21 @@ def test_old_entries_are_swept_when_new_ones_are_written(tmp_path):
     script = _script(tmp_path, archive, IMPORT_BOTH)
     _run_counted(script, tmp_path, str(cache))
     (tag_dir,) = cache.iterdir()
-    stale = tag_dir / ("0" * 64 + ".codecache")
-    stale.write_bytes(b"old")
-    stale.chmod(0o600)
-    os.utime(stale, (1, 1))
+    stale, stray = tag_dir / ("0" * 64 + ".codecache"), tag_dir / ("1" * 64 + ".9.ab.tmp")
+    other, linked = tag_dir / "notes.txt", tag_dir / ("2" * 64 + ".codecache")
+    outside = tmp_path / "outside.codecache"
+    for path in (stale, stray, other, outside):
+        path.write_bytes(b"old")
+        os.utime(path, (1, 1))
+    linked.symlink_to(outside)
+    os.utime(linked, (1, 1), follow_symlinks=False)
     _run_counted(script, tmp_path, str(cache))  # all hits: nothing written, nothing swept
-    assert stale.exists()
+    assert stale.exists() and stray.exists()
     _payload_zip(archive, {**MODULES, "second": MODULES["second"] + "# new version\n"})
     _run_counted(script, tmp_path, str(cache))
-    assert not stale.exists()
-    assert len(_entries(cache)) == 3
+    assert not stale.exists() and not stray.exists()
+    assert other.exists() and linked.is_symlink() and outside.read_bytes() == b"old"
+    assert len([e for e in _entries(cache) if not e.is_symlink()]) == 3
 
 
 def test_imports_outside_a_payload_are_untouched():
@@ -282,3 +292,90 @@ def test_imports_outside_a_payload_are_untouched():
     before = list(sys.meta_path)
     bytecode_cache.use_bytecode_cache()
     assert sys.meta_path == before
+
+
+def test_optimisation_levels_keep_separate_entries(tmp_path):
+    """``python -O`` drops asserts at compile time: its code must not serve a plain run."""
+    cache = tmp_path / "cache"
+    archive = _payload_zip(tmp_path / "p.zip", {
+        "checked": "def guarded():\n    assert False, 'asserts are on'\n"
+                   "    return 'asserts off'\n"})
+    script = _script(tmp_path, archive, (
+        "from ansible_collections.exemplar.tune.plugins.module_utils.checked import guarded\n"
+        "try:\n    print(json.dumps(guarded()))\n"
+        "except AssertionError as exc:\n    print(json.dumps(str(exc)))\n"))
+    compiled = {"checked.py": 1, **BEFORE_THE_CACHE}
+    assert _run_counted(script, tmp_path, str(cache), "-O") == ("asserts off", compiled)
+    assert _run_counted(script, tmp_path, str(cache)) == ("asserts are on", compiled)
+    assert _run_counted(script, tmp_path, str(cache), "-O") == ("asserts off",
+                                                               BEFORE_THE_CACHE)
+    assert _run_counted(script, tmp_path, str(cache)) == ("asserts are on", BEFORE_THE_CACHE)
+    assert len(_entries(cache)) == 2
+
+
+def _finder(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch):
+    """A finder over a payload-shaped zip, its cache opened as a module run opens it."""
+    import zipimport
+
+    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    archive = _payload_zip(tmp_path / "p.zip", MODULES)
+    finder = bytecode_cache.PayloadFinder(zipimport.zipimporter(str(archive)),
+                                          bytecode_cache.open_cache_directory())
+    assert finder.cache is not None
+    return finder
+
+
+def test_a_directory_swapped_after_opening_is_not_used(tmp_path, monkeypatch):
+    """Whoever can write the cache's parent may rename the directory and put their own in
+    its place after the module opened it: reads and writes stay in the one it checked."""
+    cache = tmp_path / "cache"
+    finder = _finder(tmp_path, cache, monkeypatch)
+    member, source = f"{PACKAGE_DIR}/first.py", MODULES["first"].encode()
+    finder.code(member, source)
+    (tag_dir,) = cache.iterdir()
+    (name,) = os.listdir(tag_dir)
+    tag_dir.rename(tmp_path / "checked")
+    planted = tmp_path / "cache" / tag_dir.name
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    (planted / name).write_bytes(MAGIC_NUMBER + marshal.dumps(compile(
+        "VALUE = 'planted'\n", member, "exec")))
+    namespace: dict = {}
+    exec(finder.code(member, source), namespace)  # noqa: S102 - the code under test
+    assert namespace["VALUE"] == "first"
+    finder.code(f"{PACKAGE_DIR}/second.py", MODULES["second"].encode())
+    assert os.listdir(planted) == [name]
+    assert len(os.listdir(tmp_path / "checked")) == 2
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    """An entry's name taken by a directory: the rename fails, the run compiles, and the
+    temporary file is removed (only the process's own)."""
+    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+
+    cache = tmp_path / "cache"
+    finder = _finder(tmp_path, cache, monkeypatch)
+    member, source = f"{PACKAGE_DIR}/first.py", MODULES["first"].encode()
+    tag_dir = Path(bytecode_cache.cache_path())
+    name = bytecode_cache.entry_name(member, source)
+    (tag_dir / name).mkdir()
+    (tag_dir / name / "keep").write_text("")
+    others = tag_dir / f"{name}.1.00000000.tmp"
+    others.write_bytes(b"another process's")
+    for _ in range(2):
+        namespace: dict = {}
+        exec(finder.code(member, source), namespace)  # noqa: S102 - the code under test
+        assert namespace["VALUE"] == "first"
+    assert sorted(os.listdir(tag_dir)) == sorted([name, others.name])
+    assert others.read_bytes() == b"another process's"
+
+
+def test_a_relative_cache_path_turns_the_cache_off(tmp_path, monkeypatch):
+    archive = _payload_zip(tmp_path / "p.zip", MODULES)
+    script = _script(tmp_path, archive, IMPORT_BOTH)
+    for _ in range(2):
+        assert _run_counted(script, tmp_path, "relative/cache") == (
+            "first+second", {"first.py": 1, "second.py": 1, **BEFORE_THE_CACHE})
+    assert not (tmp_path / "relative").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -136,6 +137,8 @@ def test_each_host_is_its_own_machine_on_the_network_and_teardown_leaves_nothing
         assert answer.stdout.strip() == host.name
         addresses = ssh_fleet.ssh(host.name, "ip", "-4", "-o", "addr", "show", "dev", "eth0")
         assert f"inet {host.address}/24" in addresses.stdout
+        cache = ssh_fleet.ssh(host.name, "printenv", "EXEMPLAR_TUNE_BYTECODE_CACHE")
+        assert cache.stdout.strip() == os.environ["EXEMPLAR_TUNE_BYTECODE_CACHE"]
     ssh_fleet.stop_sshd("xtf2")
     assert ssh_fleet.ssh("xtf2", "true").returncode == 255
     assert ssh_fleet.ssh("xtf1", "true").returncode == 0

@@ -119,3 +119,21 @@ def test_a_live_command_runs_once_per_sysroot(tmp_path, monkeypatch):
     assert facts["vm"]["cmdqv"]["dmesg"] is not None
     gather_facts(Sysroot("/"), ["vm"])  # a new Sysroot reads the host again
     assert calls.read_text() == "run\nrun\n"
+
+
+def test_a_missing_live_command_is_remembered_per_sysroot(tmp_path, monkeypatch):
+    """Absence is remembered too (each caller gets its own exception); a new Sysroot looks
+    again."""
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    root = Sysroot("/")
+    with pytest.raises(NotSupported) as first:
+        root.command("nvidia-smi-q-x.xml")
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho '<nvidia_smi_log/>'\n")
+    fake.chmod(0o755)
+    with pytest.raises(NotSupported) as second:
+        root.command("nvidia-smi-q-x.xml")
+    assert second.value is not first.value
+    assert (second.value.path, second.value.reason) == (first.value.path, first.value.reason)
+    assert Sysroot("/").command("nvidia-smi-q-x.xml").stdout.strip() == "<nvidia_smi_log/>"

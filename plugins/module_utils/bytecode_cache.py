@@ -5,15 +5,21 @@ and (3.11 to 3.13) compiles each module twice: once to name the spec's file, onc
 :func:`use_bytecode_cache`, called by a module before it imports the rest of this collection,
 puts a finder first on ``sys.meta_path`` for this collection's modules in that zip: each is
 compiled at most once per run, and its code is kept in a cache directory on the host, keyed by
-the source's SHA-256 and the interpreter's bytecode version, so later runs compile none.
+the source's SHA-256, the interpreter's bytecode version and its optimisation level, so later
+runs compile none.
 
-The cache is the effective user's ``~/.cache/exemplar-tune/bytecode`` (from the password
-database, not ``$HOME``), or the directory named by ``EXEMPLAR_TUNE_BYTECODE_CACHE``; ``off``
-turns it off. It is used only when it is a real directory owned by the effective user and
-writable by nobody else (created 0700); entries are written whole (temporary file, then
-rename). Anything wrong with it (no home, a read-only file system, a foreign or corrupt entry)
-only means compiling as before. Entries older than ``MAX_AGE_DAYS`` are swept when new ones
-are written, so old versions of the collection do not accumulate.
+The cache is ``<base>/<cache_tag>``, where the base is the effective user's
+``~/.cache/exemplar-tune/bytecode`` (from the password database, not ``$HOME``) or the
+absolute directory named by ``EXEMPLAR_TUNE_BYTECODE_CACHE``; ``off`` turns it off. The
+``<cache_tag>`` directory is created 0700 and opened once, without following a symlink; it is
+used only when it is a directory owned by the effective user and writable by nobody else, and
+every later read, write and sweep goes through that open descriptor, so renaming or replacing
+the path afterwards (by whoever can write its parent) cannot redirect them. Entries are used
+only when owned by the effective user and writable by nobody else, and are written whole
+(a temporary file of this process, then rename). Anything wrong with the cache (no home, a
+read-only file system, a foreign or corrupt entry) only means compiling as before. Entries not
+rewritten for ``MAX_AGE_DAYS`` are swept when new ones are written, so old versions of the
+collection do not accumulate.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ import sys
 import time
 import zipimport
 from importlib.machinery import ModuleSpec
-from importlib.util import MAGIC_NUMBER
+from importlib.util import MAGIC_NUMBER, decode_source
 from types import CodeType, ModuleType
 
 PACKAGE = "ansible_collections.exemplar.tune."
 CACHE_ENV = "EXEMPLAR_TUNE_BYTECODE_CACHE"
 MAX_AGE_DAYS = 30
 SUFFIX = ".codecache"
+TEMPORARY_SUFFIX = ".tmp"
+WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
 def use_bytecode_cache() -> None:
@@ -46,11 +54,11 @@ def use_bytecode_cache() -> None:
     if not isinstance(loader, zipimport.zipimporter):
         return
     if not any(isinstance(finder, PayloadFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, PayloadFinder(loader, cache_directory()))
+        sys.meta_path.insert(0, PayloadFinder(loader, open_cache_directory()))
 
 
-def cache_directory() -> str | None:
-    """The usable cache directory (created if missing), or ``None`` for no cache."""
+def cache_path() -> str | None:
+    """The cache directory's path for this interpreter, or ``None`` (off, or no usable base)."""
     chosen = os.environ.get(CACHE_ENV, "")
     if chosen == "off":
         return None
@@ -62,21 +70,32 @@ def cache_directory() -> str | None:
         except (ImportError, KeyError):
             return None
         chosen = os.path.join(home, ".cache", "exemplar-tune", "bytecode")
-    chosen = os.path.join(chosen, sys.implementation.cache_tag or "unknown")
+    if not os.path.isabs(chosen):
+        return None
+    return os.path.join(chosen, sys.implementation.cache_tag or "unknown")
+
+
+def open_cache_directory() -> int | None:
+    """A descriptor of the private cache directory (created if missing), or ``None``."""
+    path = cache_path()
+    if path is None:
+        return None
     try:
-        os.makedirs(chosen, mode=0o700, exist_ok=True)
-        info = os.lstat(chosen)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return None
-    private = (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-               and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-    return chosen if private else None
+    info = os.fstat(fd)
+    if info.st_uid == os.geteuid() and not info.st_mode & WRITABLE_BY_OTHERS:
+        return fd
+    os.close(fd)
+    return None
 
 
 class PayloadFinder:
     """Finds this collection's modules in the payload zip; loads them through the cache."""
 
-    def __init__(self, archive: zipimport.zipimporter, cache: str | None) -> None:
+    def __init__(self, archive: zipimport.zipimporter, cache: int | None) -> None:
         self.archive = archive
         self.cache = cache
         self.swept = False
@@ -102,18 +121,18 @@ class PayloadFinder:
 
     def code(self, member: str, source: bytes) -> CodeType:
         """The code object of ``member``: from the cache, or compiled (and then cached)."""
-        key = hashlib.sha256(member.encode() + b"\0" + source).hexdigest()
-        entry = os.path.join(self.cache, key + SUFFIX) if self.cache else None
-        if entry:
-            cached = read_entry(entry)
-            if cached is not None:
-                return cached
+        directory = self.cache
+        if directory is None:
+            return compile(source, member, "exec", dont_inherit=True)
+        name = entry_name(member, source)
+        cached = read_entry(directory, name)
+        if cached is not None:
+            return cached
         code = compile(source, member, "exec", dont_inherit=True)
-        if entry:
-            write_entry(entry, code)
-            if not self.swept:
-                self.swept = True
-                sweep(self.cache)
+        write_entry(directory, name, code)
+        if not self.swept:
+            self.swept = True
+            sweep(directory)
         return code
 
 
@@ -135,18 +154,25 @@ class PayloadLoader:
 
     def get_source(self, fullname: str) -> str:
         """The module's source text (for tracebacks)."""
-        return self.source.decode("utf-8")
+        return decode_source(self.source)
 
 
-def read_entry(path: str) -> CodeType | None:
-    """The code object stored at ``path``, or ``None`` if absent, foreign or unreadable."""
+def entry_name(member: str, source: bytes) -> str:
+    """The cache file name of ``member`` with ``source`` at this optimisation level."""
+    key = f"{member}\0{sys.flags.optimize}\0".encode() + source
+    return hashlib.sha256(key).hexdigest() + SUFFIX
+
+
+def read_entry(directory: int, name: str) -> CodeType | None:
+    """The code object stored as ``name``, or ``None`` if absent, foreign or unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
+                or info.st_mode & WRITABLE_BY_OTHERS):
             return None
         with os.fdopen(fd, "rb") as handle:
             fd = -1
@@ -156,34 +182,36 @@ def read_entry(path: str) -> CodeType | None:
         # S302: written by this user into a directory only this user can write
         code = marshal.loads(data[len(MAGIC_NUMBER):])  # noqa: S302
         return code if isinstance(code, CodeType) else None
-    except (OSError, ValueError, EOFError, TypeError):
+    except Exception:  # noqa: BLE001 - a damaged entry is only a miss
         return None
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-def write_entry(path: str, code: CodeType) -> None:
-    """Store ``code`` at ``path`` whole (temporary file, then rename); errors are ignored."""
-    temporary = f"{path}.{os.getpid()}.tmp"
+def write_entry(directory: int, name: str, code: CodeType) -> None:
+    """Store ``code`` as ``name`` whole (own temporary file, then rename); errors are ignored."""
+    temporary = f"{name}.{os.getpid()}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}"
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=directory)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(MAGIC_NUMBER + marshal.dumps(code))
-        os.replace(temporary, path)
-    except OSError:
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except (OSError, ValueError):
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
+            os.unlink(temporary, dir_fd=directory)
 
 
-def sweep(directory: str) -> None:
+def sweep(directory: int) -> None:
     """Remove entries (and stray temporary files) not written in ``MAX_AGE_DAYS``."""
     limit = time.time() - MAX_AGE_DAYS * 86400
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if (entry.name.endswith((SUFFIX, ".tmp")) and entry.is_file(follow_symlinks=False)
-                        and entry.stat(follow_symlinks=False).st_mtime < limit):
-                    os.unlink(entry.path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if (entry.name.endswith((SUFFIX, TEMPORARY_SUFFIX))
+                    and entry.is_file(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_mtime < limit):
+                os.unlink(entry.name, dir_fd=directory)

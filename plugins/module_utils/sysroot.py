@@ -279,7 +279,9 @@ class Sysroot:
         Raises ``NotSupported`` when the command is not installed (live) or was not captured
         (sysroot). A command that runs but fails returns its rc and stderr. A live command runs
         at most once per ``Sysroot`` (two layers reading the kernel log share one ``dmesg``);
-        a new ``Sysroot`` reads the host again.
+        a new ``Sysroot`` reads the host again. The layer module keeps one ``Sysroot`` across
+        its layers, so a read-back after a change must not come from here (it would see the
+        output from before): run the command itself, as the persistence knob's read-back does.
         """
         argv = COMMANDS[name]
         if not self.live:
@@ -292,7 +294,7 @@ class Sysroot:
                 self._outputs[name] = missing
         found = self._outputs[name]
         if isinstance(found, NotSupported):
-            raise found
+            raise NotSupported(found.path, found.reason)  # a fresh one: no shared traceback
         return found
 
     def environ(self) -> dict[str, str]:
