@@ -313,63 +313,129 @@ def test_optimisation_levels_keep_separate_entries(tmp_path):
     assert len(_entries(cache)) == 2
 
 
-def _finder(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch):
-    """A finder over a payload-shaped zip, its cache opened as a module run opens it."""
+@pytest.fixture
+def finder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A finder over a payload-shaped zip, its cache (``tmp_path/cache``) opened as a module
+    run opens it; closed afterwards."""
     import zipimport
 
     from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
 
-    monkeypatch.setenv(CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     archive = _payload_zip(tmp_path / "p.zip", MODULES)
-    finder = bytecode_cache.PayloadFinder(zipimport.zipimporter(str(archive)),
-                                          bytecode_cache.open_cache_directory())
-    assert finder.cache is not None
-    return finder
+    found = bytecode_cache.PayloadFinder(zipimport.zipimporter(str(archive)),
+                                         bytecode_cache.open_cache_directory())
+    assert found.cache is not None
+    yield found
+    if found.cache is not None:
+        os.close(found.cache)
 
 
-def test_a_directory_swapped_after_opening_is_not_used(tmp_path, monkeypatch):
+FIRST = (f"{PACKAGE_DIR}/first.py", MODULES["first"].encode())
+
+
+def _value(finder) -> str:
+    """What ``first`` defines when run from the code ``finder`` gives."""
+    namespace: dict = {}
+    exec(finder.code(*FIRST), namespace)  # noqa: S102 - the code under test
+    return namespace["VALUE"]
+
+
+def _plant(directory: Path, name: str) -> None:
+    """An entry named ``name`` in ``directory`` whose code says 'planted'."""
+    directory.mkdir(mode=0o777, exist_ok=True)
+    directory.chmod(0o777)
+    (directory / name).write_bytes(MAGIC_NUMBER + marshal.dumps(compile(
+        "VALUE = 'planted'\n", FIRST[0], "exec")))
+
+
+def test_a_directory_swapped_after_opening_is_not_used(tmp_path, finder):
     """Whoever can write the cache's parent may rename the directory and put their own in
     its place after the module opened it: reads and writes stay in the one it checked."""
-    cache = tmp_path / "cache"
-    finder = _finder(tmp_path, cache, monkeypatch)
-    member, source = f"{PACKAGE_DIR}/first.py", MODULES["first"].encode()
-    finder.code(member, source)
-    (tag_dir,) = cache.iterdir()
+    _value(finder)
+    tag_dir = next((tmp_path / "cache").iterdir())
     (name,) = os.listdir(tag_dir)
     tag_dir.rename(tmp_path / "checked")
-    planted = tmp_path / "cache" / tag_dir.name
-    planted.mkdir(mode=0o777)
-    planted.chmod(0o777)
-    (planted / name).write_bytes(MAGIC_NUMBER + marshal.dumps(compile(
-        "VALUE = 'planted'\n", member, "exec")))
-    namespace: dict = {}
-    exec(finder.code(member, source), namespace)  # noqa: S102 - the code under test
-    assert namespace["VALUE"] == "first"
+    _plant(tag_dir, name)
+    assert _value(finder) == "first"
     finder.code(f"{PACKAGE_DIR}/second.py", MODULES["second"].encode())
-    assert os.listdir(planted) == [name]
+    assert os.listdir(tag_dir) == [name]
     assert len(os.listdir(tmp_path / "checked")) == 2
 
 
-def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
-    """An entry's name taken by a directory: the rename fails, the run compiles, and the
-    temporary file is removed (only the process's own)."""
+def test_a_descriptor_closed_or_reused_turns_the_cache_off(tmp_path, finder):
+    """A module that closes descriptors may give the cache's number to another directory:
+    the cache then neither reads from nor writes into it."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import entry_name
+
+    other = tmp_path / "other"
+    _plant(other, entry_name(*FIRST))
+    planted = sorted(os.listdir(other))
+    reused = os.open(other, os.O_RDONLY | os.O_DIRECTORY)
+    os.dup2(reused, finder.cache)  # the cache's number now names the other directory
+    os.close(reused)
+    number = finder.cache
+    assert _value(finder) == "first"
+    assert finder.cache is None
+    finder.code(f"{PACKAGE_DIR}/second.py", MODULES["second"].encode())
+    assert sorted(os.listdir(other)) == planted
+    os.close(number)
+
+
+def test_any_error_in_the_cache_only_means_compiling(finder, monkeypatch):
     from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
 
-    cache = tmp_path / "cache"
-    finder = _finder(tmp_path, cache, monkeypatch)
-    member, source = f"{PACKAGE_DIR}/first.py", MODULES["first"].encode()
+    assert _value(finder) == "first"  # written
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("not an OSError")
+
+    before = sorted(os.listdir(bytecode_cache.cache_path()))
+    monkeypatch.setattr(bytecode_cache.marshal, "loads", broken)
+    monkeypatch.setattr(bytecode_cache.marshal, "dumps", broken)
+    assert _value(finder) == "first"  # neither read nor written: compiled
+    assert sorted(os.listdir(bytecode_cache.cache_path())) == before  # no temporary file left
+    monkeypatch.setattr(bytecode_cache, "entry_name", broken)
+    assert _value(finder) == "first"
+
+
+def test_a_failed_write_leaves_nothing_behind(finder, monkeypatch):
+    """Another process's temporary file of the same name is left alone (the entry is just
+    not written); a rename that fails removes the run's own temporary file."""
+    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+
     tag_dir = Path(bytecode_cache.cache_path())
-    name = bytecode_cache.entry_name(member, source)
-    (tag_dir / name).mkdir()
-    (tag_dir / name / "keep").write_text("")
+    name = bytecode_cache.entry_name(*FIRST)
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    monkeypatch.setattr(os, "urandom", lambda n: b"\0" * n)
     others = tag_dir / f"{name}.1.00000000.tmp"
     others.write_bytes(b"another process's")
-    for _ in range(2):
-        namespace: dict = {}
-        exec(finder.code(member, source), namespace)  # noqa: S102 - the code under test
-        assert namespace["VALUE"] == "first"
-    assert sorted(os.listdir(tag_dir)) == sorted([name, others.name])
+    assert _value(finder) == "first"
+    assert sorted(os.listdir(tag_dir)) == [others.name]
     assert others.read_bytes() == b"another process's"
+
+    others.unlink()
+    (tag_dir / name).mkdir()
+    (tag_dir / name / "keep").write_text("")
+    for _ in range(2):
+        assert _value(finder) == "first"
+    assert os.listdir(tag_dir) == [name]
+
+
+def test_a_traceback_decodes_the_source_as_python_does(tmp_path):
+    """A module declaring its encoding (PEP 263) shows its line right in a traceback."""
+    archive = tmp_path / "p.zip"
+    _payload_zip(archive, {})
+    with zipfile.ZipFile(archive, "a") as payload:
+        payload.writestr(f"{PACKAGE_DIR}/legacy.py", "# -*- coding: latin-1 -*-\n"
+                         "def fail():\n    raise ValueError('caf\xe9')\n".encode("latin-1"))
+    script = _script(tmp_path, archive, (
+        "import traceback\n"
+        "from ansible_collections.exemplar.tune.plugins.module_utils.legacy import fail\n"
+        "try:\n    fail()\n"
+        "except ValueError:\n    print(json.dumps(traceback.format_exc()))\n"))
+    text, _counts = _run_counted(script, tmp_path, str(tmp_path / "cache"))
+    assert "raise ValueError('caf\xe9')" in text
 
 
 def test_a_relative_cache_path_turns_the_cache_off(tmp_path, monkeypatch):

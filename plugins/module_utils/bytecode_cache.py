@@ -13,13 +13,14 @@ The cache is ``<base>/<cache_tag>``, where the base is the effective user's
 absolute directory named by ``EXEMPLAR_TUNE_BYTECODE_CACHE``; ``off`` turns it off. The
 ``<cache_tag>`` directory is created 0700 and opened once, without following a symlink; it is
 used only when it is a directory owned by the effective user and writable by nobody else, and
-every later read, write and sweep goes through that open descriptor, so renaming or replacing
-the path afterwards (by whoever can write its parent) cannot redirect them. Entries are used
-only when owned by the effective user and writable by nobody else, and are written whole
-(a temporary file of this process, then rename). Anything wrong with the cache (no home, a
-read-only file system, a foreign or corrupt entry) only means compiling as before. Entries not
-rewritten for ``MAX_AGE_DAYS`` are swept when new ones are written, so old versions of the
-collection do not accumulate.
+every later read, write and sweep goes through that open descriptor (checked to still be that
+directory before each use), so renaming or replacing the path afterwards (by whoever can write
+its parent) cannot redirect them. Entries are used only when they are regular files owned by
+the effective user and writable by nobody else, and are written whole (a temporary file of
+this process, then rename). Anything wrong with the cache (no home, a read-only file system, a
+foreign or malformed entry, any error at all) only means compiling as before. A run that
+writes an entry also removes the entries and temporary files of this interpreter's directory
+not written for ``MAX_AGE_DAYS``, so old versions of the collection do not accumulate.
 """
 
 from __future__ import annotations
@@ -53,8 +54,13 @@ def use_bytecode_cache() -> None:
     loader = globals().get("__loader__")
     if not isinstance(loader, zipimport.zipimporter):
         return
-    if not any(isinstance(finder, PayloadFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, PayloadFinder(loader, open_cache_directory()))
+    if any(isinstance(finder, PayloadFinder) for finder in sys.meta_path):
+        return
+    try:
+        finder = PayloadFinder(loader, open_cache_directory())
+    except Exception:  # noqa: BLE001 - without the finder the zip importer does the work
+        return
+    sys.meta_path.insert(0, finder)
 
 
 def cache_path() -> str | None:
@@ -85,11 +91,25 @@ def open_cache_directory() -> int | None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return None
-    info = os.fstat(fd)
-    if info.st_uid == os.geteuid() and not info.st_mode & WRITABLE_BY_OTHERS:
-        return fd
+    try:
+        info = os.fstat(fd)
+        if info.st_uid == os.geteuid() and not info.st_mode & WRITABLE_BY_OTHERS:
+            return fd
+    except OSError:
+        pass
     os.close(fd)
     return None
+
+
+def identity(fd: int | None) -> tuple[int, int] | None:
+    """Device and inode of the open file ``fd`` (``None`` when there is none or it is closed)."""
+    if fd is None:
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 class PayloadFinder:
@@ -98,6 +118,7 @@ class PayloadFinder:
     def __init__(self, archive: zipimport.zipimporter, cache: int | None) -> None:
         self.archive = archive
         self.cache = cache
+        self.identity = identity(cache)
         self.swept = False
 
     def find_spec(self, fullname: str, path: object = None,
@@ -120,8 +141,17 @@ class PayloadFinder:
         return None
 
     def code(self, member: str, source: bytes) -> CodeType:
-        """The code object of ``member``: from the cache, or compiled (and then cached)."""
-        directory = self.cache
+        """The code object of ``member``: from the cache, or compiled (and then cached).
+
+        Nothing the cache does can fail the import: any error means compiling."""
+        try:
+            return self.cached_code(member, source)
+        except Exception:  # noqa: BLE001 - the cache is only ever a shortcut
+            return compile(source, member, "exec", dont_inherit=True)
+
+    def cached_code(self, member: str, source: bytes) -> CodeType:
+        """:meth:`code`, with the cache's errors raised."""
+        directory = self.directory()
         if directory is None:
             return compile(source, member, "exec", dont_inherit=True)
         name = entry_name(member, source)
@@ -134,6 +164,13 @@ class PayloadFinder:
             self.swept = True
             sweep(directory)
         return code
+
+    def directory(self) -> int | None:
+        """The cache's descriptor while it is still the directory that was checked; once it
+        is not (closed, or its number reused by the module), the cache is off for the run."""
+        if self.identity is None or identity(self.cache) != self.identity:
+            self.cache = self.identity = None
+        return self.cache
 
 
 class PayloadLoader:
@@ -166,7 +203,7 @@ def entry_name(member: str, source: bytes) -> str:
 def read_entry(directory: int, name: str) -> CodeType | None:
     """The code object stored as ``name``, or ``None`` if absent, foreign or unreadable."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
     except OSError:
         return None
     try:
@@ -182,7 +219,7 @@ def read_entry(directory: int, name: str) -> CodeType | None:
         # S302: written by this user into a directory only this user can write
         code = marshal.loads(data[len(MAGIC_NUMBER):])  # noqa: S302
         return code if isinstance(code, CodeType) else None
-    except Exception:  # noqa: BLE001 - a damaged entry is only a miss
+    except Exception:  # noqa: BLE001 - a malformed entry is a miss (and is written again)
         return None
     finally:
         if fd >= 0:
@@ -201,7 +238,7 @@ def write_entry(directory: int, name: str, code: CodeType) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(MAGIC_NUMBER + marshal.dumps(code))
         os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except (OSError, ValueError):
+    except Exception:  # noqa: BLE001 - not cached this time; leave nothing half-written
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=directory)
 
