@@ -1,5 +1,6 @@
-"""The cpu role through real ansible-runner runs of playbooks/apply.yml and restore.yml, on a
-tmp_path copy of the h100-x86 fixture host."""
+"""The cpu role (through tests/playbooks/role.yml, as a user's playbook includes it), the
+apply playbook and restore.yml, through real ansible-runner runs on a tmp_path copy of the
+h100-x86 fixture host."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ PROFILE = {"name": "h100-x86-cpu",
 JOURNAL = "var/lib/exemplar-tune"
 CPUS = range(8)
 CHILD = "accelerator-performance-no-force-latency"
+ROLE = REPO / "tests" / "playbooks" / "role.yml"
+APPLY = REPO / "playbooks" / "apply.yml"
+RESTORE = REPO / "playbooks" / "restore.yml"
 
 
 @pytest.fixture
@@ -39,18 +43,18 @@ def host(tmp_path: Path) -> Path:
     return root
 
 
-def _play(name: str, root: Path, check: bool = False, **extravars):
+def _play(playbook: Path, root: Path, check: bool = False, **extravars):
     # the fixture's Slurm job sits under system.slice: confining it is allowed explicitly here
     extravars = {"layer": "cpu", "exemplar_profile": PROFILE, "exemplar_sysroot": str(root),
                  "cpu_housekeeping_allow_job_units": True, **extravars}
     runner = AnsibleRun(local_inventory(), timeout=300, check=check)
-    return runner.playbook(REPO / "playbooks" / name, extravars)
+    return runner.playbook(playbook, extravars)
 
 
 def _apply(root: Path, check: bool = False, **extravars):
     if not check:
         extravars.setdefault("exemplar_run_id", "r1")
-    return _play("apply.yml", root, check, **extravars)
+    return _play(ROLE, root, check, **extravars)
 
 
 def _changed(outcome) -> list[str]:
@@ -107,6 +111,36 @@ def test_apply_fixes_every_knob(host):
     assert "RUN" not in rule and "/bin/sh" not in rule  # udev writes it: no program, no shell
 
 
+
+def _layer_result(outcome) -> dict:
+    return next(t["result"] for t in outcome.hosts["localhost"].tasks
+                if "knobs" in t["result"])
+
+
+def test_the_apply_playbook_changes_what_the_role_changes(host, tmp_path):
+    """``exemplar.tune.apply`` calls the layer module itself, with the role's variables: the
+    same knobs change, the same bytes, modes and links land, the same reboot flag."""
+    other = tmp_path / "other"
+    shutil.copytree(host, other, symlinks=True)
+    by_role, by_playbook = _apply(host), _play(APPLY, other, exemplar_run_id="r1")
+    assert by_role.status == by_playbook.status == "successful"
+    role, playbook = _layer_result(by_role), _layer_result(by_playbook)
+    assert [(k["knob"], k["changed"]) for k in playbook["knobs"]] == \
+        [(k["knob"], k["changed"]) for k in role["knobs"]]
+    assert sum(k["changed"] for k in playbook["knobs"]) >= 5
+    assert playbook["reboot_required"] == role["reboot_required"]
+    assert _files(other) == _files(host) and _dirs(other) == _dirs(host)
+
+
+def test_the_apply_playbook_refuses_a_switch_of_the_wrong_type_in_one_line(host):
+    before = tree_hash(host)
+    outcome = _play(APPLY, host, exemplar_run_id="r1", cpu_governor="maybe")
+    result = outcome.hosts["localhost"]
+    assert result.status == "failed"
+    assert result.message.startswith("cpu_governor: ") and "'maybe' is not a boolean" in \
+        result.message and "\n" not in result.message
+    assert tree_hash(host) == before
+
 def test_confining_a_slice_that_holds_slurm_jobs_is_refused(host):
     before = tree_hash(host)
     outcome = _apply(host, cpu_housekeeping_allow_job_units=False, cpu_deep_cstates=False,
@@ -139,11 +173,11 @@ def test_restore_puts_the_tree_back_byte_for_byte(host):
     before, dirs = _files(host), _dirs(host)
     assert _apply(host).status == "successful"
     assert _files(host) != before
-    restored = _play("restore.yml", host, exemplar_run_id="r1")
+    restored = _play(RESTORE, host, exemplar_run_id="r1")
     assert restored.status == "successful", restored.hosts["localhost"].message
     assert _files(host) == before
     assert _dirs(host) == dirs  # no directory the run created is left behind
-    again = _play("restore.yml", host, exemplar_run_id="r1")
+    again = _play(RESTORE, host, exemplar_run_id="r1")
     assert _changed(again) == []
 
 
@@ -217,7 +251,7 @@ def test_knob_switch_of_the_wrong_type_fails_in_one_line(host):
 
 def test_missing_run_id_fails_in_one_line(host):
     before = tree_hash(host)
-    outcome = _play("apply.yml", host)
+    outcome = _play(ROLE, host)
     result = outcome.hosts["localhost"]
     assert result.status == "failed"
     assert result.message.startswith("run_id is required to change anything")

@@ -1,4 +1,5 @@
-"""The runtime role through real ansible-runner runs of playbooks/apply.yml on sysroot copies.
+"""The runtime role (through tests/playbooks/role.yml) and the apply playbook, through real
+ansible-runner runs on sysroot copies.
 
 h100-x86 has /etc/nccl/topo.xml (named in /etc/nccl.conf) and enroot + pyxis that carry
 neither into containers; gb200-grace-vm has no topology file, no nccl.conf and no enroot.
@@ -22,6 +23,9 @@ SAMPLE = SAMPLES / "nccl_topo_ibmcloud_h100_dumped.xml"
 ENVIRON = "etc/enroot/environ.d/50-nccl.env"
 MOUNT = "etc/enroot/mounts.d/50-nccl-topo.fstab"
 JOURNAL = "var/lib/exemplar-tune"
+ROLE = REPO / "tests" / "playbooks" / "role.yml"
+APPLY = REPO / "playbooks" / "apply.yml"
+RESTORE = REPO / "playbooks" / "restore.yml"
 BOMB = """<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
 <system version="1"><cpu numaid="0">&lol2;</cpu></system>
@@ -38,12 +42,12 @@ def _run(playbook, root, profile=None, check=False, run_id="r1", hostvars=None, 
                  "exemplar_profile": profile or _profile(), **extra}
     inventory = local_inventory(hostvars=({"localhost": hostvars} if hostvars else None))
     outcome = AnsibleRun(inventory, timeout=180, check=check).playbook(
-        REPO / "playbooks" / playbook, extravars)
+        playbook, extravars)
     return outcome.hosts["localhost"]
 
 
 def _apply(root, profile=None, **kwargs):
-    return _run("apply.yml", root, profile, **kwargs)
+    return _run(ROLE, root, profile, **kwargs)
 
 
 def _changed(host):
@@ -95,11 +99,12 @@ def test_gb200_installs_the_topology_from_a_source(gb200, tmp_path):
     assert again.status == "ok" and _changed(again) == []
 
 
-def test_per_host_template_is_rendered_and_installed(gb200, tmp_path):
+@pytest.mark.parametrize("playbook", [ROLE, APPLY], ids=["role", "apply-playbook"])
+def test_per_host_template_is_rendered_and_installed(gb200, tmp_path, playbook):
     template = tmp_path / "topo.xml.j2"
     template.write_text('<system version="1" name="{{ inventory_hostname }}">\n'
                         '  <cpu numaid="0" arch="arm64"/>\n</system>\n')
-    host = _apply(gb200, hostvars={"runtime_topo_template": str(template)})
+    host = _run(playbook, gb200, hostvars={"runtime_topo_template": str(template)})
     assert host.status == "ok", host.message
     assert (gb200 / TOPO[1:]).read_text() == \
         '<system version="1" name="localhost">\n  <cpu numaid="0" arch="arm64"/>\n</system>\n'
@@ -143,9 +148,9 @@ def test_restore_puts_the_tree_back_byte_for_byte(h100):
     assert (h100 / "etc/nccl.conf").read_text() == \
         "# site NCCL defaults\nNCCL_IB_QPS_PER_CONNECTION=1\n"
     assert _statuses(h100, _profile())["runtime.stale-nccl-conf"] == "pass"
-    restored = _run("restore.yml", h100)
+    restored = _run(RESTORE, h100)
     assert restored.status == "ok" and restored.changed, restored.message
-    again = _run("restore.yml", h100)
+    again = _run(RESTORE, h100)
     assert again.status == "ok" and not again.changed
     shutil.rmtree(h100 / JOURNAL)
     for empty in ("var/lib", "var"):
@@ -159,7 +164,7 @@ def test_restore_after_installing_a_file_removes_it(gb200, tmp_path):
     source = tmp_path / "topo.xml"
     shutil.copy(SAMPLE, source)
     assert _apply(gb200, _profile(topo_source=str(source))).status == "ok"
-    assert _run("restore.yml", gb200).status == "ok"
+    assert _run(RESTORE, gb200).status == "ok"
     assert not (gb200 / TOPO[1:]).exists() and not (gb200 / "etc/nccl.conf").exists()
     assert _files_hash(gb200) == before
 

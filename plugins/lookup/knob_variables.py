@@ -11,11 +11,13 @@ description:
     C(cpu_housekeeping_units), C(exemplar_bootloader_command) ...) that is defined for the
     host - inventory, play, role defaults or extra vars - with its value. Unset variables are
     left out, so the registry's defaults apply.
-  - For the runtime layer, the controller-side topology file (C(runtime_topo_source), else the
-    profile's C(runtime.topo_source) from C(exemplar_profile)) is read here and returned as
-    C(runtime_topo_content); a source that is missing or empty fails the lookup.
-  - The layer roles and the C(exemplar.tune.audit) playbook pass it to M(exemplar.tune.layer),
-    so an audit reads the same variables as the roles.
+  - For the runtime layer, the controller-side topology is rendered or read here and returned
+    as C(runtime_topo_content) (unless that variable is set itself) - the template
+    C(runtime_topo_template) rendered with the host's variables (the C(ansible.builtin.template)
+    lookup), else the file C(runtime_topo_source), else the profile's C(runtime.topo_source)
+    from C(exemplar_profile); a file that is missing or empty fails the lookup.
+  - The layer roles and the C(exemplar.tune.apply) and C(exemplar.tune.audit) playbooks pass it
+    to M(exemplar.tune.layer), so all of them read the same variables.
 version_added: "0.2.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
@@ -43,6 +45,7 @@ _raw:
 """
 
 from ansible.errors import AnsibleError
+from ansible.plugins.loader import lookup_loader
 from ansible.plugins.lookup import LookupBase
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     ROLE_LAYERS,
@@ -69,7 +72,13 @@ class LookupModule(LookupBase):
         return [found]
 
     def _topology(self, variables):
-        """The controller-side topology file's text ('' when none is named)."""
+        """The controller-side topology's text: the template rendered, else the file read
+        ('' when neither is named)."""
+        template = self._templar.template(variables.get("runtime_topo_template") or "")
+        if template:
+            render = lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                       templar=self._templar)
+            return render.run([template], variables)[0]
         source = self._templar.template(variables.get("runtime_topo_source") or "")
         if not source:
             profile = self._templar.template(variables.get("exemplar_profile") or {}) or {}

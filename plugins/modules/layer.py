@@ -98,7 +98,8 @@ reboot_required:
   returned: always
   type: bool
 manual_actions:
-  description: Actions outside this host (the hypervisor's) that a layer needs.
+  description: Actions outside this host (the hypervisor's) that a layer needs, each with
+    C(check), C(where), C(summary) and C(steps); each summary is also a warning.
   returned: always
   type: list
   elements: dict
@@ -159,7 +160,11 @@ def main() -> None:
         module.fail_json(msg=str(exc), knob=exc.knob, path=exc.path, **_summary(done, journal))
     except HostStateError as exc:
         module.fail_json(msg=str(exc), **_summary(done, journal))
-    module.exit_json(**_summary(done, journal))
+    summary = _summary(done, journal)
+    for action in summary["manual_actions"]:
+        module.warn(f"{action['check']}: {action['summary']} (what to do on the "
+                    f"{action['where']}: manual_actions in the result)")
+    module.exit_json(**summary)
 
 
 def _by_arch(root: Sysroot, candidates: dict[str, Any]) -> dict[str, Any]:
