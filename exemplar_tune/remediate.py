@@ -1,4 +1,4 @@
-"""``apply``, ``restore`` and ``audit``: the layer roles run through Ansible, results per knob.
+"""``apply``, ``restore`` and ``audit``: the layer module run through Ansible, results per knob.
 
 Every knob module reports ``layer``, ``knob``, ``changes`` (path, before, after) and
 ``reboot_required``; these functions run the playbooks and fold those results into one

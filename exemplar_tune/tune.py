@@ -1,7 +1,7 @@
 """The measured loop: baseline -> apply one layer -> re-benchmark -> keep or restore.
 
 For each layer: a check-mode run plans which hosts would change and whether the change needs
-a reboot. The hosts are brought to the layer's target through its role (journaled under the
+a reboot. The hosts are brought to the layer's target by the layer module (journaled under the
 run id ``<experiment>-<layer>``) and the benchmarks run as baseline (A) and candidate (B):
 interleaved A/B/A/B when the change takes effect at runtime (the layer is restored for A and
 re-applied for B, which cancels slow drift), in blocks (A A A, apply and reboot, B B B ...)

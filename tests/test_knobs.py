@@ -220,6 +220,18 @@ def test_switched_off_knobs_are_not_planned(h100):
         _plan(h100, "cpu", CPU, {"cpu_governor": "maybe"})
 
 
+def test_boolean_settings_take_only_booleans(h100):
+    """A boolean setting (the safety override that lets housekeeping confine Slurm job units)
+    is read as Ansible reads booleans: ``"no"`` is false, ``"maybe"`` is refused, never true."""
+    only = ["housekeeping"]
+    with pytest.raises(KnobInputError, match="cpu_housekeeping_allow_job_units: 'maybe' is "
+                                             "not a boolean"):
+        _plan(h100, "cpu", CPU, {"cpu_housekeeping_allow_job_units": "maybe"}, only)
+    with pytest.raises(HostStateError, match="hold Slurm job cgroups"):
+        _plan(h100, "cpu", CPU, {"cpu_housekeeping_allow_job_units": "no"}, only)
+    assert _plan(h100, "cpu", CPU, {"cpu_housekeeping_allow_job_units": "yes"}, only)
+
+
 
 def test_shipped_profiles_plan_on_their_trees(tmp_path):
     """Every shipped profile plans cleanly on a fixture of its platform."""

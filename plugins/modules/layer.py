@@ -13,9 +13,9 @@ description:
     every change of that layer on this host is put back before the task fails, and the error
     names the knob and the path.
   - The knobs are declared once, in the collection's knob registry
-    (C(plugins/module_utils/knobs/<layer>.py)); the layer roles (M(exemplar.tune.cpu) ...) call
-    this module, and C(exemplar.tune.audit) calls it once per host for every layer in check
-    mode.
+    (C(plugins/module_utils/knobs/<layer>.py)); the layer roles (M(exemplar.tune.cpu) ...) and
+    the C(exemplar.tune.apply) playbook call this module for one layer, and
+    C(exemplar.tune.audit) calls it once per host for every layer in check mode.
   - Results keep per-knob detail - C(knobs) lists each knob with C(changed), C(diff),
     C(changes) and C(reboot_required).
 version_added: "0.2.0"

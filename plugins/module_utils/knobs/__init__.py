@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
@@ -23,6 +24,15 @@ class KnobInputError(HostStateError):
     """A target or setting a planner refuses (nothing was changed)."""
 
 
+def flag(value: Any, name: str) -> bool:
+    """A role variable as a boolean, read as Ansible reads booleans (``yes``, ``1``, ``on``
+    ...); ``KnobInputError`` naming the variable for anything else."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise KnobInputError(name, f"{value!r} is not a boolean") from None
+
+
 @dataclass(frozen=True)
 class Setting:
     """A role variable of a knob (``cpu_housekeeping_units``) and its default."""
@@ -30,6 +40,12 @@ class Setting:
     name: str
     default: Any
     description: str
+
+    def read(self, value: Any) -> Any:
+        """``value`` given for this setting: a boolean setting takes only a boolean (as
+        Ansible reads them; ``KnobInputError`` naming the variable otherwise); other values
+        are checked by their planners."""
+        return flag(value, self.name) if isinstance(self.default, bool) else value
 
 
 @dataclass(frozen=True)
@@ -99,6 +115,6 @@ class Knob:
         for var, key in self.overrides.items():
             if variables.get(var) is not None:
                 want[key] = variables[var]
-        settings = {s.name: variables[s.name] if variables.get(s.name) is not None
+        settings = {s.name: s.read(variables[s.name]) if variables.get(s.name) is not None
                     else s.default for s in self.settings}
         return Target(want, settings, facts, bmc)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     ApplyFailed,
     Change,
@@ -25,7 +24,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target, flag
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
 
@@ -69,14 +68,6 @@ class PlannedRoot(Sysroot):
         if change is None:
             return super().file_mode(rel)
         return None if change.content is None else change.mode
-
-
-def flag(value: Any, name: str) -> bool:
-    """A role switch as a boolean, read as Ansible reads booleans (``yes``, ``1``, ``on`` ...)."""
-    try:
-        return boolean(value, strict=True)
-    except TypeError:
-        raise HostStateError(name, f"{value!r} is not a boolean") from None
 
 
 def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | None) -> list[Knob]:

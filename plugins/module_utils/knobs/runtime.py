@@ -118,8 +118,9 @@ KNOBS: tuple[Knob, ...] = (
          plan_topo_file, ("nccl_topo_file", "require_in_container"),
          {"runtime_nccl_topo_file": "nccl_topo_file",
           "runtime_require_in_container": "require_in_container"},
-         (Setting("runtime_topo_content", "", "Topology XML to install (the role reads "
-                  "runtime_topo_source or renders runtime_topo_template on the controller); "
+         (Setting("runtime_topo_content", "", "Topology XML to install (the knob_variables "
+                  "lookup renders runtime_topo_template or reads runtime_topo_source on the "
+                  "controller); "
                   "empty: keep the host's file, which must exist and be valid."),
           Setting("runtime_topo_mode", "0644", "Mode of the installed topology file."),
           Setting("runtime_topo_in_nccl_conf", True,
