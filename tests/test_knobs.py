@@ -27,6 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
     plan_layer,
     run_layer,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import file_mode
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
     LAYER_NAMES,
@@ -219,6 +220,24 @@ def test_switched_off_knobs_are_not_planned(h100):
     with pytest.raises(HostStateError, match="cpu_governor: 'maybe' is not a boolean"):
         _plan(h100, "cpu", CPU, {"cpu_governor": "maybe"})
 
+
+
+@pytest.mark.parametrize(("given", "mode"), [("0644", 0o644), ("640", 0o640), ("0755", 0o755),
+                                             (420, 0o644), (0o600, 0o600)])
+def test_file_mode_reads_what_ansible_takes(given, mode):
+    assert file_mode(given, "m") == mode
+
+
+@pytest.mark.parametrize("given", ["u+rw", "0999", "", "0644\n", True, -1, 0o10000, 6.44])
+def test_file_mode_refuses_anything_else(given):
+    with pytest.raises(KnobInputError, match="^m: .* is not a file mode"):
+        file_mode(given, "m")
+
+
+def test_a_bad_topology_mode_is_refused_before_anything_is_planned(h100):
+    with pytest.raises(HostStateError, match="runtime_topo_mode: .u[+]rw. is not a file mode"):
+        _plan(h100, "runtime", {"nccl_topo_file": "/etc/nccl/topo.xml"},
+              {"runtime_topo_mode": "u+rw"}, ["topo_file"])
 
 def test_boolean_settings_take_only_booleans(h100):
     """A boolean setting (the safety override that lets housekeeping confine Slurm job units)

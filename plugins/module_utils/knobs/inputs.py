@@ -48,3 +48,13 @@ def clean_path(value: Any, what: str) -> str:
         raise KnobInputError(what, f"{text!r} is not an absolute, normalised path "
                              "(no '..', '//', trailing '/' or spaces)")
     return text
+
+
+def file_mode(value: Any, name: str) -> int:
+    """A file mode given as Ansible's ``mode`` is: an octal string (``"0644"``) or the number
+    itself (YAML reads an unquoted ``0644`` as 420); ``KnobInputError`` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o7777:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"0?[0-7]{3,4}", value):
+        return int(value, 8)
+    raise KnobInputError(name, f"{value!r} is not a file mode (an octal string: '0644')")

@@ -17,6 +17,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     FILE_NAME,
     clean_path,
+    file_mode,
     matching,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.layer_runtime import SITE_TOPO_FILE
@@ -52,7 +53,7 @@ def plan_topo_file(root: Sysroot, target: Target) -> list[Change]:
     if path is None:
         return []
     content = target.settings["runtime_topo_content"]
-    mode = int(str(target.settings["runtime_topo_mode"]), 8)
+    mode = file_mode(target.settings["runtime_topo_mode"], "runtime_topo_mode")
     changes: list[Change] = []
     if content:
         checked_topology(content, path)
