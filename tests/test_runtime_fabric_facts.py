@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils import (
     layer_fabric,
     layer_runtime,
-    safe_xml,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.enroot import (
     covers,
@@ -235,11 +235,12 @@ def test_normalize_bdf(text, want):
 @pytest.mark.parametrize("defused", [True, False])
 def test_read_topo_file_bomb_is_invalid_not_a_traceback(tmp_path, monkeypatch, defused):
     if not defused:  # a managed host without defusedxml: the guarded fallback must refuse it
-        monkeypatch.setattr(safe_xml, "_defused_fromstring", None)
+        monkeypatch.setitem(sys.modules, "defusedxml", None)  # import defusedxml: ImportError
     root = tree(tmp_path, {"etc/nccl/topo.xml": BOMB})
     have = read_topo_file(root, "/etc/nccl/topo.xml")
     assert (have["valid"], have["gpus"]) == (False, None)
-    assert have["error"].startswith("/etc/nccl/topo.xml: unsafe XML refused")
+    why = "EntitiesForbidden" if defused else "entity declaration"
+    assert have["error"].startswith(f"/etc/nccl/topo.xml: unsafe XML refused ({why})")
 
 
 def test_topo_file_naming_a_gpu_the_host_lacks(tmp_path):

@@ -16,7 +16,6 @@ Sources (``drivers/iommu/arm/arm-smmu-v3/{arm-smmu-v3.c,tegra241-cmdqv.c,Kconfig
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from typing import Any
@@ -155,6 +154,8 @@ def read_kconfig(root: Sysroot, release: str | None) -> dict[str, str | None]:
     source = kconfig_source(root, release)
     data = root.read_bytes(source)
     if source.endswith(".gz"):
+        import gzip  # only a kernel without /boot/config-<release> needs it
+
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:

@@ -12,7 +12,7 @@ distinct ids counts, never their values.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported, ParseError
@@ -23,8 +23,7 @@ ONLINE = f"{CPU_DIR}/online"
 SIBLING_FILES = ("core_cpus_list", "thread_siblings_list")
 
 
-@dataclass(frozen=True)
-class CpuPlace:
+class CpuPlace(NamedTuple):
     """Where one online CPU sits: its package, its core, and the CPUs sharing that core."""
 
     cpu: int

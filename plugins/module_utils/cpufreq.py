@@ -9,8 +9,7 @@ space-separated CPU numbers. ``/sys/devices/system/cpu/cpufreq/boost`` does not 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cpuidle import (
     CPU_DIR,
@@ -32,8 +31,7 @@ INTEL_PSTATE_INTS = ("no_turbo", "max_perf_pct", "min_perf_pct", "turbo_pct", "n
                      "hwp_dynamic_boost")
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
     """One cpufreq policy (``policyN``); ``None`` for a file this driver does not provide."""
 
     policy: int
@@ -127,7 +125,7 @@ def read_cpufreq(root: Sysroot, problems: Problems = None) -> dict[str, Any]:
     intel = read_intel_pstate(root, problems)
     boost = read_value(root, f"{CPUFREQ_DIR}/boost", parse_flag, problems)
     return {
-        "policies": [asdict(p) for p in policies],
+        "policies": [p._asdict() for p in policies],
         "drivers": sorted({p.driver for p in policies if p.driver}),
         "governors": group_by([(p.governor, p.cpus) for p in policies]),
         "energy_performance_preferences": group_by(

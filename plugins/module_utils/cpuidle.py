@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import parse_cmdline, pick
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
@@ -37,8 +36,7 @@ COMPARED = ("index", "desc", "latency_us", "residency_us", "default_status")
 Problems = list[HostStateError] | None
 
 
-@dataclass(frozen=True)
-class CpuidleState:
+class CpuidleState(NamedTuple):
     """One idle state of one CPU, as ``cpuN/cpuidle/stateK/`` shows it."""
 
     index: int
@@ -196,7 +194,7 @@ def read_cpuidle(root: Sysroot, problems: Problems = None) -> dict[str, Any]:
         "deepest_state": deep["name"] if deep else None,
         "deepest_state_disabled_cpus": deep["disabled_cpus"] if deep else [],
         "deepest_state_disabled_anywhere": bool(deep and deep["disabled_cpus"]),
-        "per_cpu": {str(cpu): [asdict(s) for s in states] for cpu, states in per_cpu.items()},
+        "per_cpu": {str(cpu): [s._asdict() for s in states] for cpu, states in per_cpu.items()},
     }
 
 

@@ -19,7 +19,7 @@ Files read:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
@@ -53,13 +53,12 @@ DMI_VENDORS: tuple[tuple[str, str], ...] = (
 DETECTED = re.compile(r"Hypervisor detected: (?P<name>.+?)\s*$")
 
 
-@dataclass(frozen=True)
-class Virtualization:
+class Virtualization(NamedTuple):
     """Verdict: ``virtualized`` is ``None`` only when no source could decide (arm64, no DMI)."""
 
     virtualized: bool | None
     hypervisor: str | None
-    evidence: list[str] = field(default_factory=list)
+    evidence: list[str]
 
 
 def _cpuinfo_field(text: str, name: str) -> str | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 BOOT = "boot"  # seconds since boot
 WALL = "wall"  # seconds since the epoch (a year-less syslog stamp is read as the year 2000)
@@ -40,8 +40,7 @@ _SYSLOG = re.compile(r"^(?P<t>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) "
 _RESET_SLACK_S = 1.0
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(NamedTuple):
     """One line: ``body`` without the prefix, the stamp as written (``time``) and in seconds
     (``t``, on ``clock``), and the 0-based ``boot`` it belongs to in log order."""
 
@@ -72,19 +71,33 @@ def _syslog(text: str) -> float:
     return float(calendar.timegm(stamp.timetuple())) + (float("0." + frac) if frac else 0.0)
 
 
+_PREFIXES = ((_RAW, float, BOOT), (_CTIME, _ctime, WALL), (_ISO, _iso, WALL),
+             (_SYSLOG, _syslog, WALL))
+
+
 def split_prefix(line: str) -> tuple[str, str | None, float | None, str | None]:
     """``(body, time as written, seconds, clock)`` of one line; ``(line, None, None, None)``
     when it has no stamp (a continuation line, a bare message)."""
-    rest = _QUOTE.sub("", line.strip())
-    rest = _DECODE.sub("", rest, count=1)
-    for pattern, parse, clock in ((_RAW, float, BOOT), (_CTIME, _ctime, WALL),
-                                  (_ISO, _iso, WALL), (_SYSLOG, _syslog, WALL)):
+    return _split(_unquote(line.strip()))
+
+
+def _unquote(line: str) -> str:
+    """``line`` (stripped) without its markdown quote prefix."""
+    return _QUOTE.sub("", line) if line.startswith(">") else line
+
+
+def _split(rest: str) -> tuple[str, str | None, float | None, str | None]:
+    # The string tests in front of the regular expressions skip the ones that cannot match
+    # (every log line passes here: a kernel log has thousands).
+    if "a" <= rest[:1] <= "z":
+        rest = _DECODE.sub("", rest, count=1)
+    for pattern, parse, clock in _PREFIXES:
         match = pattern.match(rest)
         if not match:
             continue
         body = rest[match.end():]
-        inner = _RAW.match(body)
-        if clock == WALL and inner:
+        inner = _RAW.match(body) if clock == WALL else None
+        if inner:
             return body[inner.end():], inner.group("t"), float(inner.group("t")), BOOT
         try:
             return body, match.group("t"), parse(match.group("t")), clock
@@ -97,10 +110,11 @@ def read_lines(text: str) -> Iterator[LogLine]:
     """The lines of ``text`` with their stamp and boot (0 = the first boot in the log)."""
     boot, seen, last_raw = 0, False, None
     for raw in text.splitlines():
-        if _MARKER.match(_QUOTE.sub("", raw.strip())):
+        stripped = _unquote(raw.strip())
+        if stripped.startswith("-- ") and _MARKER.match(stripped):
             boot, seen, last_raw = (boot + 1, False, None) if seen else (boot, seen, last_raw)
             continue
-        body, time, t, clock = split_prefix(raw)
+        body, time, t, clock = _split(stripped)
         if clock == BOOT and t is not None:
             if last_raw is not None and (t < last_raw - _RESET_SLACK_S or (t == 0 < last_raw)):
                 boot += 1

@@ -10,24 +10,23 @@ Key added to the cpu layer's sheet: ``bios``. Where it comes from, in order:
 
 A BMC that cannot be read (refused login, unreachable, untrusted certificate) gives
 ``bios: null`` plus an entry in the sheet's ``errors`` that says why, in one line.
+
+The Redfish and BIOS-attribute readers are imported when there is something to read: a host
+without a BMC or a capture does not load them.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
-from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
-    BiosSnapshot,
-    read_snapshot,
-    snapshot_from_capture,
-    snapshot_vendor,
-)
 from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig, RedfishError
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
+
+if TYPE_CHECKING:
+    from ansible_collections.exemplar.tune.plugins.module_utils.bios import BiosSnapshot
 
 CAPTURE = f"{COMMANDS_DIR}/redfish-bios.json"
 NOT_CONFIGURED = {"present": False, "reason": "no BMC configured"}
@@ -35,6 +34,9 @@ NOT_CONFIGURED = {"present": False, "reason": "no BMC configured"}
 
 def bios_facts(snapshot: BiosSnapshot) -> dict[str, Any]:
     """The normalised ``bios`` fact of one snapshot (raw attributes for an unknown vendor)."""
+    from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes
+    from ansible_collections.exemplar.tune.plugins.module_utils.bios import snapshot_vendor
+
     current = snapshot.current
     vendor, how = snapshot_vendor(snapshot)
     facts: dict[str, Any] = {
@@ -69,11 +71,13 @@ def _capture(root: Sysroot) -> BiosSnapshot | None:
         raise ParseError(root.display(CAPTURE), text, "not JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("Bios"), dict):
         raise ParseError(root.display(CAPTURE), text, "no Bios document")
+    from ansible_collections.exemplar.tune.plugins.module_utils.bios import snapshot_from_capture
+
     return snapshot_from_capture(doc, root.display(CAPTURE))
 
 
 def _read_live(bmc: BmcConfig) -> dict[str, Any]:
-    # the HTTP and TLS stack is loaded only when a BMC is configured
+    from ansible_collections.exemplar.tune.plugins.module_utils.bios import read_snapshot
     from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
 
     return bios_facts(read_snapshot(RedfishClient(bmc)))

@@ -9,7 +9,6 @@ The housekeeping set used to judge IRQs is, in order: ``system.slice``'s effecti
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import (
@@ -42,7 +41,7 @@ def _per_unit(sheet: FactSheet, key: str, reader: Callable[[Sysroot, str], Any],
 
 
 def _devices(root: Sysroot, lister: Callable[[Sysroot], list[pci.PciDevice]]) -> list[dict]:
-    return [asdict(device) for device in lister(root)]
+    return [device._asdict() for device in lister(root)]
 
 
 def _gather_numa_pci(sheet: FactSheet, root: Sysroot) -> None:

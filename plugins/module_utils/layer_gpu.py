@@ -18,7 +18,6 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import (
     nvidia_smi,
-    nvidia_smi_text,
     nvml,
     xid,
     xid_incidents,
@@ -38,8 +37,11 @@ def _nvidia_smi(root: Sysroot) -> tuple[dict[str, Any], str]:
     except nvidia_smi.NoGpu:
         raise
     except NotSupported:
-        if root.live or not root.exists(f"{COMMANDS_DIR}/{nvidia_smi_text.COMMAND}"):
+        if root.live or not root.exists(f"{COMMANDS_DIR}/{nvidia_smi.TEXT_COMMAND}"):
             raise
+    # loaded only for the captured sysroots that hold the text form (never on a live host)
+    from ansible_collections.exemplar.tune.plugins.module_utils import nvidia_smi_text
+
     return nvidia_smi_text.read_nvidia_smi_text(root), nvidia_smi_text.SOURCE
 
 

@@ -10,9 +10,8 @@ gatherer, its knobs (``knobs/<layer>.py``), its role and checks. Each knob is de
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -35,8 +34,7 @@ if TYPE_CHECKING:
     )
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(NamedTuple):
     """One layer of the stack: its name, what it covers, how its facts are read, its knobs."""
 
     name: str

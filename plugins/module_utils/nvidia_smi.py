@@ -23,8 +23,7 @@ The XML comes from an external command and is parsed only through ``safe_xml.par
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET  # noqa: S405 - only for the Element type; parsing is safe_xml
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     HostStateError,
@@ -34,8 +33,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
 from ansible_collections.exemplar.tune.plugins.module_utils.safe_xml import parse_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET  # noqa: S405 - types only; parsing is safe_xml
+
 COMMAND = "nvidia-smi-q-x.xml"
 SOURCE = "nvidia-smi -q -x"
+TEXT_COMMAND = "nvidia-smi-q.txt"  # the text form, read by nvidia_smi_text
 
 # Older tag name -> current tag name (exact names).
 TAG_ALIASES: dict[str, str] = {
@@ -236,7 +239,9 @@ def _pci_ids(gpu: ET.Element, f: Fields) -> dict[str, str | None]:
 def _address(gpu: ET.Element, f: Fields) -> dict[str, str | None]:
     raw = gpu.get("id") or _text(gpu, "pci/pci_bus_id")
     if raw is None:
-        f.fail(ParseError(f.source, ET.tostring(gpu, encoding="unicode")[:60], "<gpu> has no id"))
+        from xml.etree.ElementTree import tostring  # noqa: S405 - writes, does not parse
+
+        f.fail(ParseError(f.source, tostring(gpu, encoding="unicode")[:60], "<gpu> has no id"))
         return {"bdf": None, "sysfs_bdf": None}
     try:
         return {"bdf": normalize_bdf(raw), "sysfs_bdf": sysfs_bdf(raw)}

@@ -27,6 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseE
 from ansible_collections.exemplar.tune.plugins.module_utils.nvidia_smi import (
     AT_ATTR,
     NO_GPU_EXIT_CODES,
+    TEXT_COMMAND,
     NoGpu,
     canonical_tag,
     no_gpu_message,
@@ -35,7 +36,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.nvidia_smi import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-COMMAND = "nvidia-smi-q.txt"
+COMMAND = TEXT_COMMAND
 SOURCE = "nvidia-smi -q"
 BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
 GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])")

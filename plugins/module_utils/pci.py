@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     format_cpulist,
@@ -31,8 +30,7 @@ _HEX = re.compile(r"^0x[0-9a-f]+$")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class PciDevice:
+class PciDevice(NamedTuple):
     """One PCI function; ``numa_node`` ``None`` when the kernel says ``-1``."""
 
     bdf: str

@@ -5,44 +5,46 @@ it, so the fallback refuses any document that declares an entity (internal or ex
 the constructs behind "billion laughs" and XXE. A DOCTYPE that
 only names an external DTD (``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">``) is
 accepted; the DTD is never fetched.
+
+The XML libraries are imported by the first parse, not with this module: a host with no
+``nvidia-smi`` and no topology file does not load them (facts are gathered on every host of a
+fleet at every run).
 """
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET  # noqa: S405 - guarded below
+from typing import TYPE_CHECKING
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 
-try:  # pragma: no cover - which branch runs depends on the host
-    from defusedxml import DefusedXmlException
-    from defusedxml.ElementTree import fromstring as _defused_fromstring
-except ImportError:  # pragma: no cover
-    DefusedXmlException = None
-    _defused_fromstring = None
+if TYPE_CHECKING:
+    from xml.etree.ElementTree import Element
 
 MAX_XML = 16 * 1024 * 1024
 
 
-def parse_xml(text: str, source: str) -> ET.Element:
+def parse_xml(text: str, source: str) -> Element:
     """Root element of ``text``; ``ParseError(source, ...)`` when unsafe or malformed."""
     if len(text) > MAX_XML:
         raise ParseError(source, text[:40], f"XML larger than {MAX_XML} bytes")
-    if _defused_fromstring is not None:
-        return _parse_defused(text, source)
-    return _parse_guarded(text, source)
+    from xml.etree.ElementTree import ParseError as Malformed  # noqa: S405 - not a parser
 
-
-def _parse_defused(text: str, source: str) -> ET.Element:
     try:
-        return _defused_fromstring(text, forbid_dtd=False, forbid_entities=True,
-                                   forbid_external=True)
+        from defusedxml import DefusedXmlException
+        from defusedxml.ElementTree import fromstring
+    except ImportError:  # a managed host without defusedxml
+        return _parse_guarded(text, source)
+    try:
+        return fromstring(text, forbid_dtd=False, forbid_entities=True, forbid_external=True)
     except DefusedXmlException as exc:
         raise ParseError(source, text, f"unsafe XML refused ({type(exc).__name__})") from None
-    except ET.ParseError as exc:
+    except Malformed as exc:
         raise ParseError(source, text, f"malformed XML ({exc})") from None
 
 
-def _parse_guarded(text: str, source: str) -> ET.Element:
+def _parse_guarded(text: str, source: str) -> Element:
+    import xml.etree.ElementTree as ET  # noqa: N817, S405 - entity declarations refused below
+
     # Entities (internal or external) can only come from an <!ENTITY declaration.
     if "<!ENTITY" in text:
         raise ParseError(source, text, "unsafe XML refused (entity declaration)")

@@ -20,8 +20,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     CommandFailed,
@@ -47,8 +46,7 @@ ENVIRONMENT_FILE = f"{COMMANDS_DIR}/environment.txt"
 ENVIRONMENT_PREFIXES = ("NCCL_", "HOME", "SLURM_JOB_ID", "ENROOT_")
 
 
-@dataclass(frozen=True)
-class CommandOutput:
+class CommandOutput(NamedTuple):
     """What a command printed, and where it came from (argv or captured file)."""
 
     source: str

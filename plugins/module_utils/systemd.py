@@ -11,8 +11,7 @@ wins; within the files the last assignment wins and an empty one resets the sett
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     format_cpulist,
@@ -111,8 +110,7 @@ SHOW_SOURCE = " ".join(COMMANDS[SHOW_COMMAND])
 BOOTED_MARK = "run/systemd/system"
 
 
-@dataclass(frozen=True)
-class ShownUnits:
+class ShownUnits(NamedTuple):
     """Parsed ``systemctl show`` of the slices: properties by unit ``Id``, and their source."""
 
     units: dict[str, dict[str, str]]

@@ -15,12 +15,14 @@ the network devices. A ``<graphs>`` root is an ``NCCL_GRAPH_DUMP_FILE`` (for
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET  # noqa: S405 - only for types; parsing goes through safe_xml
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.safe_xml import parse_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET  # noqa: S405 - types only; parsing goes through safe_xml
 
 TOPO_XML_VERSION = "1"
 GPU_CLASSES = ("0x0302", "0x0300")

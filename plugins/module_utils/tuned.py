@@ -12,7 +12,6 @@ resolves wins). Profiles are looked up in ``/etc/tuned/<p>``, then ``/usr/lib/tu
 
 from __future__ import annotations
 
-import configparser
 import re
 from typing import Any
 
@@ -48,6 +47,8 @@ def parse_active_profile(text: str, source: str = "/etc/tuned/active_profile") -
 
 def parse_profile(text: str, source: str = "tuned.conf") -> dict[str, dict[str, str]]:
     """``tuned.conf`` (INI) -> ``{section: {option: value}}``, without interpolation."""
+    import configparser  # only hosts with a tuned profile parse one
+
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
         parser.read_string(text, source=source)

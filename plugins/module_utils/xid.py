@@ -41,7 +41,7 @@ _LOST_SPAN = 3  # physical lines of the multi-line message
 _UUID = re.compile(rf"NVRM: GPU at PCI:(?P<bdf>{_ADDR}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
 _DEV_SERIAL = re.compile(rf"NVRM: GPU (?P<bdf>{_ADDR}): GPU serial number is (?P<serial>[^.\s]+)")
-_SXID = re.compile(r"SXid \(PCI:")
+_SXID = "SXid (PCI:"  # NVSwitch lines: counted
 
 
 def _event(kind: str, bdf: str, line: kernel_log.LogLine, **fields: Any) -> dict[str, Any]:
@@ -79,7 +79,7 @@ class _Reader:
     def read(self, index: int, line: kernel_log.LogLine) -> None:
         body = line.body
         self.clock = self.clock or line.clock
-        if _SXID.search(body):
+        if _SXID in body:
             self.sxid_lines += 1
         if "NVRM:" not in body:
             return
