@@ -31,18 +31,20 @@ OPTIONAL = {
 }
 GATHER = f"""
 import json, sys
+from {PACKAGE}.bmc import BmcConfig
 from {PACKAGE}.layers import gather_facts
 from {PACKAGE}.sysroot import Sysroot
-gather_facts(Sysroot(sys.argv[1]))
+bmc = BmcConfig.from_params(json.loads(sys.argv[2]))
+gather_facts(Sysroot(sys.argv[1]), context={{"bmc": bmc}})
 print(json.dumps(sorted(k for k, m in {OPTIONAL!r}.items() if m in sys.modules)))
 """
 
 
-def loaded_readers(root: Path) -> list[str]:
-    """The optional readers imported by gathering every layer of ``root``."""
+def loaded_readers(root: Path, bmc: dict | None = None) -> list[str]:
+    """The optional readers imported by gathering every layer of ``root`` (with ``bmc``)."""
     env = dict(os.environ, PYTHONPATH=os.environ["ANSIBLE_COLLECTIONS_PATH"])
-    out = subprocess.run([sys.executable, "-c", GATHER, str(root)], capture_output=True,
-                         text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", GATHER, str(root), json.dumps(bmc)],
+                         capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout)
 
 
@@ -51,15 +53,16 @@ def test_a_host_with_nothing_to_read_loads_no_optional_reader(tmp_path):
 
 
 H100 = SYSROOTS / "h100-x86"
+COPY = object()  # the file of the same name in the h100-x86 sysroot
 TUNED = "usr/lib/tuned/accelerator-performance/tuned.conf"
 # input -> (files to put in an empty sysroot, the readers it needs)
 INPUTS = {
-    "nvidia-smi XML": ({".exemplar/commands/nvidia-smi-q-x.xml": H100}, ["defusedxml", "xml"]),
+    "nvidia-smi XML": ({".exemplar/commands/nvidia-smi-q-x.xml": COPY}, ["defusedxml", "xml"]),
     "nvidia-smi text": ({".exemplar/commands/nvidia-smi-q.txt": "GPU 00000000:18:00.0\n"},
                         ["nvidia-smi text", "xml"]),  # builds a tree, parses no XML
     "BIOS capture": ({".exemplar/commands/redfish-bios.json": '{"Bios": {"Attributes": {}}}'},
                      ["bios", "bios attributes"]),
-    "tuned profile": ({"etc/tuned/active_profile": "accelerator-performance\n", TUNED: H100},
+    "tuned profile": ({"etc/tuned/active_profile": "accelerator-performance\n", TUNED: COPY},
                       ["configparser"]),
     "compressed kernel config": ({"proc/config.gz": b"\x1f\x8b"}, ["gzip"]),
 }
@@ -71,10 +74,16 @@ def test_each_reader_is_loaded_when_its_input_is_there(tmp_path, name):
     for rel, content in files.items():
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        if content == H100:
+        if content is COPY:
             path.write_bytes((H100 / rel).read_bytes())
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:
             path.write_text(content)
     assert loaded_readers(tmp_path) == readers
+
+
+def test_a_bmc_loads_the_redfish_client(tmp_path):
+    # nothing listens on port 1: the read fails (an error in the facts), after the import
+    assert loaded_readers(tmp_path, {"address": "127.0.0.1:1", "timeout": 2}) == [
+        "bios", "bios attributes", "redfish"]

@@ -36,7 +36,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.nvidia_smi import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-COMMAND = TEXT_COMMAND
 SOURCE = "nvidia-smi -q"
 BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
 GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])")
@@ -230,7 +229,7 @@ def read_nvidia_smi_text(root: Sysroot) -> dict[str, Any]:
     Raises as :func:`nvidia_smi.read_nvidia_smi` does: ``NotSupported`` when not captured,
     ``NoGpu`` for nvidia-smi's "no GPU / no driver" messages, ``ParseError`` for other text.
     """
-    out = root.command(COMMAND)
+    out = root.command(TEXT_COMMAND)
     message = no_gpu_message(out.stdout + "\n" + out.stderr)
     if out.rc in NO_GPU_EXIT_CODES or (message and not _GPU_LINE.search(out.stdout)):
         raise NoGpu(out.source, message or f"exit status {out.rc}")

@@ -27,13 +27,13 @@ def parse_xml(text: str, source: str) -> Element:
     """Root element of ``text``; ``ParseError(source, ...)`` when unsafe or malformed."""
     if len(text) > MAX_XML:
         raise ParseError(source, text[:40], f"XML larger than {MAX_XML} bytes")
-    from xml.etree.ElementTree import ParseError as Malformed  # noqa: S405 - not a parser
-
     try:
         from defusedxml import DefusedXmlException
         from defusedxml.ElementTree import fromstring
     except ImportError:  # a managed host without defusedxml
         return _parse_guarded(text, source)
+    from xml.etree.ElementTree import ParseError as Malformed  # noqa: S405 - not a parser
+
     try:
         return fromstring(text, forbid_dtd=False, forbid_entities=True, forbid_external=True)
     except DefusedXmlException as exc:
