@@ -94,6 +94,21 @@ def test_no_systemd_as_init_is_an_answer_not_an_error(tmp_path, commands):
     assert errors_of(cpu, "systemd_show") == []
 
 
+SHOWN = "".join(f"Id={unit}\nAllowedCPUs=\nEffectiveCPUs=0\n\n" for unit in UNITS)
+
+
+@pytest.mark.parametrize("booted", [True, False])
+def test_systemctl_is_asked_only_on_a_systemd_host(tmp_path, booted):
+    """A host without systemd as PID 1 is not asked (the answer is known), however its
+    ``systemctl`` would answer."""
+    script = f"#!/bin/sh\nprintf '%s' '{SHOWN}'\n"
+    cpu = live_facts(tmp_path, {"systemctl": script}, ["cpu"], booted=booted)["cpu"]
+    shown = {"allowed_cpus": "", "effective_cpus": "0"}
+    assert cpu["systemd_show"] == (dict.fromkeys(UNITS, shown) if booted
+                                   else dict.fromkeys(UNITS))
+    assert errors_of(cpu, "systemd_show") == []
+
+
 def test_failing_dmesg_is_the_same_line_in_gpu_and_vm(tmp_path):
     facts = live_facts(tmp_path, {"dmesg": failing(DMESG_EPERM)}, ["gpu", "vm"], booted=True)
     line = {"path": "dmesg", "error": f"exit status 1: {DMESG_EPERM}"}

@@ -28,6 +28,7 @@ OPTIONAL = {
     "redfish": f"{PACKAGE}.redfish",
     "configparser": "configparser",
     "gzip": "gzip",
+    "calendar": "calendar",
 }
 GATHER = f"""
 import json, sys
@@ -55,6 +56,7 @@ def test_a_host_with_nothing_to_read_loads_no_optional_reader(tmp_path):
 H100 = SYSROOTS / "h100-x86"
 COPY = object()  # the file of the same name in the h100-x86 sysroot
 TUNED = "usr/lib/tuned/accelerator-performance/tuned.conf"
+KERNEL_LOG = ".exemplar/commands/dmesg.txt"
 # input -> (files to put in an empty sysroot, the readers it needs)
 INPUTS = {
     "nvidia-smi XML": ({".exemplar/commands/nvidia-smi-q-x.xml": COPY}, ["defusedxml", "xml"]),
@@ -64,12 +66,14 @@ INPUTS = {
                      ["bios", "bios attributes"]),
     "tuned profile": ({"etc/tuned/active_profile": "accelerator-performance\n", TUNED: COPY},
                       ["configparser"]),
-    "compressed kernel config": ({"proc/config.gz": b"\x1f\x8b"}, ["gzip"]),
+    "compressed kernel config": ({"proc/config.gz": b"\x1f\x8b"}, []),  # zlib reads it
+    "kernel log from dmesg": ({KERNEL_LOG: "[    5.000000] NVRM: x\n"}, []),
+    "kernel log with wall clocks": ({KERNEL_LOG: "May 02 21:43:54 n1 kernel: x\n"}, ["calendar"]),
 }
 
 
 @pytest.mark.parametrize("name", INPUTS)
-def test_each_reader_is_loaded_when_its_input_is_there(tmp_path, name):
+def test_each_input_loads_its_readers_and_no_other(tmp_path, name):
     files, readers = INPUTS[name]
     for rel, content in files.items():
         path = tmp_path / rel
@@ -85,5 +89,6 @@ def test_each_reader_is_loaded_when_its_input_is_there(tmp_path, name):
 
 def test_a_bmc_loads_the_redfish_client(tmp_path):
     # nothing listens on port 1: the read fails (an error in the facts), after the import
+    # (calendar: for the HTTP stack's date handling)
     assert loaded_readers(tmp_path, {"address": "127.0.0.1:1", "timeout": 2}) == [
-        "bios", "bios attributes", "redfish"]
+        "bios", "bios attributes", "calendar", "redfish"]

@@ -12,6 +12,8 @@ import shlex
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 CMDLINE = "proc/cmdline"
+_QUOTING = frozenset("'\"\\")
+_SHLEX_SPACE = str.maketrans("\t\r\n", "   ")  # shlex's whitespace, as spaces
 
 
 def parse_cmdline(text: str) -> dict[str, str | None]:
@@ -20,10 +22,13 @@ def parse_cmdline(text: str) -> dict[str, str | None]:
     A parameter given twice keeps its last value, as the kernel does for most parameters.
     Malformed quoting falls back to a plain split rather than failing.
     """
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        words = text.split()
+    if _QUOTING.isdisjoint(text):  # the usual line: shlex's split, without shlex's cost
+        words = [word for word in text.translate(_SHLEX_SPACE).split(" ") if word]
+    else:
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            words = text.split()
     params: dict[str, str | None] = {}
     for word in words:
         if word == "--":

@@ -128,8 +128,11 @@ def read_systemctl_show(root: Sysroot) -> ShownUnits | None:
     ``None`` when systemd is not the init system (no ``/run/systemd/system``): nothing to show,
     an answer rather than an error. On a systemd host, raises ``NotSupported`` when systemctl
     is missing (or its output was not captured), ``CommandFailed`` when it exits non-zero and
-    ``ParseError`` when its output has no ``Id=`` block.
+    ``ParseError`` when its output has no ``Id=`` block. A live host without systemd is asked
+    nothing (``systemctl`` could only say so, at the cost of a process).
     """
+    if root.live and not systemd_booted(root):
+        return None
     try:
         out = root.command(SHOW_COMMAND).checked()
     except HostStateError:

@@ -28,19 +28,20 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 COMMAND = "dmesg.txt"
 SOURCE = "dmesg"
+# Patterns are text, compiled by ``re`` (and cached) when a log first has an NVRM line.
 _ADDR = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_XID = re.compile(
+_XID = (
     rf"NVRM: Xid \((?:PCI:)?(?P<bdf>{_ADDR})[^)]*\): (?P<xid>\d+),\s*"
     r"(?:pid=(?P<pid>'?<unknown>'?|\d+),\s*)?(?:name=(?P<name>[^,]*),\s*)?(?P<text>.*)$"
 )
-_OFF_BUS = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<bdf>{_ADDR}):.*GPU has fallen off the bus")
-_LOST_START = re.compile(rf"NVRM: The NVIDIA GPU (?P<bdf>{_ADDR})\s*$")
+_OFF_BUS = rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<bdf>{_ADDR}):.*GPU has fallen off the bus"
+_LOST_START = rf"NVRM: The NVIDIA GPU (?P<bdf>{_ADDR})\s*$"
 _LOST_END = "fallen off the bus and is not responding"
 _LOST_PARTS = ("(PCI ID:", "installed in this system", _LOST_END)
 _LOST_SPAN = 3  # physical lines of the multi-line message
-_UUID = re.compile(rf"NVRM: GPU at PCI:(?P<bdf>{_ADDR}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
-_BOARD_SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
-_DEV_SERIAL = re.compile(rf"NVRM: GPU (?P<bdf>{_ADDR}): GPU serial number is (?P<serial>[^.\s]+)")
+_UUID = rf"NVRM: GPU at PCI:(?P<bdf>{_ADDR}): (?P<uuid>GPU-[0-9a-fA-F-]+)"
+_BOARD_SERIAL = r"NVRM: GPU Board Serial Number: (?P<serial>\S+)"
+_DEV_SERIAL = rf"NVRM: GPU (?P<bdf>{_ADDR}): GPU serial number is (?P<serial>[^.\s]+)"
 _SXID = "SXid (PCI:"  # NVSwitch lines: counted
 
 
@@ -77,38 +78,38 @@ class _Reader:
         self.identity.setdefault((boot, normalize_bdf(bdf)), {})[key] = value
 
     def read(self, index: int, line: kernel_log.LogLine) -> None:
+        """Take one line that names ``NVRM:`` or ``SXid`` (the others say nothing here)."""
         body = line.body
-        self.clock = self.clock or line.clock
         if _SXID in body:
             self.sxid_lines += 1
         if "NVRM:" not in body:
             return
         if self._continue_lost(index, line) or self._identity(line):
             return
-        match = _XID.search(body)
+        match = re.search(_XID, body)
         if match:
             self.events.append(_xid_event(match, line))
             return
-        match = _OFF_BUS.search(body)
+        match = re.search(_OFF_BUS, body)
         if match:
             self.events.append(_event("fallen_off_bus", match.group("bdf"), line,
                                       text="GPU has fallen off the bus"))
             return
-        match = _LOST_START.search(body)
+        match = re.search(_LOST_START, body)
         if match:
             self.lost = (index, line, match.group("bdf"), [body.split("NVRM:", 1)[1].strip()])
 
     def _identity(self, line: kernel_log.LogLine) -> bool:
-        match = _UUID.search(line.body)
+        match = re.search(_UUID, line.body)
         if match:
             self.named = match.group("bdf")
             self.identify(line.boot, self.named, "uuid", match.group("uuid"))
             return True
-        match = _BOARD_SERIAL.search(line.body)
+        match = re.search(_BOARD_SERIAL, line.body)
         if match and self.named:
             self.identify(line.boot, self.named, "serial", match.group("serial"))
             return True
-        match = _DEV_SERIAL.search(line.body)
+        match = re.search(_DEV_SERIAL, line.body)
         if match:
             self.identify(line.boot, match.group("bdf"), "serial", match.group("serial"))
             return True
@@ -152,7 +153,9 @@ def parse_kernel_log(text: str) -> dict[str, Any]:
     reader, boot = _Reader(), 0
     for index, line in enumerate(kernel_log.read_lines(text)):
         boot = line.boot
-        reader.read(index, line)
+        reader.clock = reader.clock or line.clock
+        if "NVRM:" in line.body or _SXID in line.body:
+            reader.read(index, line)
     events = reader.finish(boot + 1)
     return {"events": events, "boots": boot + 1, "clock": reader.clock,
             "sxid_lines": reader.sxid_lines}
