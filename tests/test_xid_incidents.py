@@ -223,6 +223,20 @@ def test_line_prefixes(line, time, t, clock):
     assert have_t == pytest.approx(t) if t is not None else have_t is None
 
 
+@pytest.mark.parametrize(("line", "body", "time", "t"), [
+    ("[ 7.25]  x", " x", "7.25", 7.25),  # one space after the stamp belongs to it
+    ("[7.25]\tx", "x", "7.25", 7.25),
+    ("[\u0661\u0662.\u0663] x", "x", "\u0661\u0662.\u0663", 12.3),  # digits of any script
+    ("[ 12.5 ] x", "[ 12.5 ] x", None, None),  # not dmesg's stamps: the line is the body
+    ("[12.3.4] x", "[12.3.4] x", None, None),
+    ("[1.] x", "[1.] x", None, None),
+    ("[.5] x", "[.5] x", None, None),
+    ("[ 5", "[ 5", None, None),
+])
+def test_dmesg_stamps_are_only_what_dmesg_writes(line, body, time, t):
+    assert kernel_log.split_prefix(line) == (body, time, t, "boot" if t else None)
+
+
 def test_multi_line_bus_loss_in_journalctl_form():
     text = ("Jun 02 13:13:04 n1 kernel: NVRM: The NVIDIA GPU 0000:b3:00.0\n"
             "Jun 02 13:13:04 n1 kernel: NVRM: (PCI ID: 10de:26b5) installed in this system has\n"

@@ -1,0 +1,21 @@
+"""The kernel command line as the kernel splits it (``/proc/cmdline``)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import parse_cmdline
+
+
+@pytest.mark.parametrize(("text", "params"), [
+    ("BOOT_IMAGE=/vmlinuz ro quiet\n", {"BOOT_IMAGE": "/vmlinuz", "ro": None, "quiet": None}),
+    ("a=1\t\tb  c=\r\n", {"a": "1", "b": None, "c": ""}),
+    ("idle=poll idle=halt", {"idle": "halt"}),  # the last one counts
+    ("ro -- single init=/bin/sh", {"ro": None}),  # after "--": init's arguments
+    ('dyndbg="file x.c +p" ro', {"dyndbg": "file x.c +p", "ro": None}),
+    ("a=\\x b", {"a": "x", "b": None}),  # a backslash quotes the next character
+    ("a\x0bb c", {"a\x0bb": None, "c": None}),  # only space, tab and newlines separate
+    ('bad="unclosed ro', {'bad': '"unclosed', "ro": None}),  # broken quoting: split on spaces
+    ("", {}),
+])
+def test_parameters(text, params):
+    assert parse_cmdline(text) == params
