@@ -1,4 +1,4 @@
-"""The kernel command line as the kernel splits it (``/proc/cmdline``)."""
+"""The kernel command line's parameters (``/proc/cmdline``), split into shell words."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import parse
     ("idle=poll idle=halt", {"idle": "halt"}),  # the last one counts
     ("ro -- single init=/bin/sh", {"ro": None}),  # after "--": init's arguments
     ('dyndbg="file x.c +p" ro', {"dyndbg": "file x.c +p", "ro": None}),
-    ("a=\\x b", {"a": "x", "b": None}),  # a backslash quotes the next character
-    ("a\x0bb c", {"a\x0bb": None, "c": None}),  # only space, tab and newlines separate
+    ("a=\\x b", {"a": "x", "b": None}),  # shell words: a backslash quotes
+    ("a\x0bb c", {"a\x0bb": None, "c": None}),  # shell words: split at space, tab, newline
     ('bad="unclosed ro', {'bad': '"unclosed', "ro": None}),  # broken quoting: split on spaces
     ("", {}),
 ])

@@ -66,7 +66,7 @@ INPUTS = {
                      ["bios", "bios attributes"]),
     "tuned profile": ({"etc/tuned/active_profile": "accelerator-performance\n", TUNED: COPY},
                       ["configparser"]),
-    "compressed kernel config": ({"proc/config.gz": b"\x1f\x8b"}, []),  # zlib reads it
+    "compressed kernel config": ({"proc/config.gz": b"\x1f\x8b"}, ["gzip"]),
     "kernel log from dmesg": ({KERNEL_LOG: "[    5.000000] NVRM: x\n"}, []),
     "kernel log with wall clocks": ({KERNEL_LOG: "May 02 21:43:54 n1 kernel: x\n"}, ["calendar"]),
 }

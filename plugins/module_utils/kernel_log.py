@@ -24,22 +24,25 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import NamedTuple
 
+from ansible_collections.exemplar.tune.plugins.module_utils.lazy_pattern import LazyPattern
+
 BOOT = "boot"  # seconds since boot
 WALL = "wall"  # seconds since the epoch (a year-less syslog stamp is read as the year 2000)
 
-# Patterns are kept as text and compiled by ``re`` (which caches them) at their first use: a
-# live host's log is dmesg's own, which the string tests of ``_raw_stamp`` read, so on most
-# runs none of them is needed.
-_QUOTE = r"^(?:>\s?)+"
-_MARKER = r"^-- (?:Boot [0-9a-f]+|Reboot) --$"
-_DECODE = r"^[a-z]+\s*:\s*[a-z]+\s*:\s*"
-_RAW = r"^\[\s*(?P<t>\d+\.\d+)\]\s?"
-_CTIME = r"^\[(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s?"
+# Compiled at first use: a live host's log is dmesg's own, which ``_raw_stamp`` reads with
+# string tests, so most runs need none of these.
+_QUOTE = LazyPattern(r"^(?:>\s?)+")
+_MARKER = LazyPattern(r"^-- (?:Boot [0-9a-f]+|Reboot) --$")
+_DECODE = LazyPattern(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*")
+_RAW = LazyPattern(r"^\[\s*(?P<t>\d+\.\d+)\]\s?")
+_CTIME = LazyPattern(
+    r"^\[(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s?")
 _HOST = r"(?:\S+ kernel:\s?)?"  # journalctl / syslog: "<host> kernel: "
-_ISO = (r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s"
-        + _HOST)
-_SYSLOG = r"^(?P<t>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) " + _HOST
+_ISO = LazyPattern(
+    r"^(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s" + _HOST)
+_SYSLOG = LazyPattern(r"^(?P<t>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) " + _HOST)
 _RESET_SLACK_S = 1.0
+_EPOCH = datetime(1970, 1, 1)
 
 
 class LogLine(NamedTuple):
@@ -56,9 +59,8 @@ class LogLine(NamedTuple):
 
 def _utc_seconds(stamp: datetime) -> float:
     """Whole seconds since the epoch of a stamp without a zone, read as UTC."""
-    import calendar  # loaded by need: dmesg's own log has no wall clock
-
-    return float(calendar.timegm(stamp.timetuple()))
+    since = stamp - _EPOCH
+    return float(since.days * 86400 + since.seconds)
 
 
 def _ctime(text: str) -> float:
@@ -92,7 +94,7 @@ def split_prefix(line: str) -> tuple[str, str | None, float | None, str | None]:
 
 def _unquote(line: str) -> str:
     """``line`` (stripped) without its markdown quote prefix."""
-    return re.sub(_QUOTE, "", line) if line.startswith(">") else line
+    return _QUOTE.sub("", line) if line.startswith(">") else line
 
 
 def _raw_stamp(rest: str) -> tuple[str, str | None, float | None, str | None] | None:
@@ -115,13 +117,13 @@ def _split(rest: str) -> tuple[str, str | None, float | None, str | None]:
         if split:
             return split
     elif "a" <= rest[:1] <= "z":
-        rest = re.sub(_DECODE, "", rest, count=1)
+        rest = _DECODE.sub("", rest, count=1)
     for pattern, parse, clock in _PREFIXES:
-        match = re.match(pattern, rest)
+        match = pattern.match(rest)
         if not match:
             continue
         body = rest[match.end():]
-        inner = re.match(_RAW, body) if clock == WALL else None
+        inner = _RAW.match(body) if clock == WALL else None
         if inner:
             return body[inner.end():], inner.group("t"), float(inner.group("t")), BOOT
         try:
@@ -135,18 +137,16 @@ def read_lines(text: str) -> Iterator[LogLine]:
     """The lines of ``text`` with their stamp and boot (0 = the first boot in the log)."""
     boot, seen, last_raw = 0, False, None
     for raw in text.splitlines():
-        line = raw.strip()
-        split = _raw_stamp(line) if line[:1] == "[" else None  # dmesg's own lines: most
-        if split is None:
-            rest = _unquote(line)
-            if rest.startswith("-- ") and re.match(_MARKER, rest):
+        stripped = line = raw.strip()
+        if line[:1] != "[":  # a stamped line (dmesg's own: most) has no quote and is no marker
+            line = _unquote(line)
+            if line.startswith("-- ") and _MARKER.match(line):
                 boot, seen, last_raw = (boot + 1, False, None) if seen else (boot, seen, last_raw)
                 continue
-            split = _split(rest)
-        body, time, t, clock = split
+        body, time, t, clock = _split(line)
         if clock == BOOT and t is not None:
             if last_raw is not None and (t < last_raw - _RESET_SLACK_S or (t == 0 < last_raw)):
                 boot += 1
             last_raw = t
-        seen = seen or bool(line)
+        seen = seen or bool(stripped)
         yield LogLine(raw, body, time, t, clock, boot)

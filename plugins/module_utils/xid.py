@@ -23,25 +23,28 @@ import re
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils import kernel_log, xid_catalog
+from ansible_collections.exemplar.tune.plugins.module_utils.lazy_pattern import LazyPattern
 from ansible_collections.exemplar.tune.plugins.module_utils.nvidia_smi import normalize_bdf
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 COMMAND = "dmesg.txt"
 SOURCE = "dmesg"
-# Patterns are text, compiled by ``re`` (and cached) when a log first has an NVRM line.
 _ADDR = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_XID = (
+# Compiled at first use: only a log with NVRM lines needs them.
+_XID = LazyPattern(
     rf"NVRM: Xid \((?:PCI:)?(?P<bdf>{_ADDR})[^)]*\): (?P<xid>\d+),\s*"
     r"(?:pid=(?P<pid>'?<unknown>'?|\d+),\s*)?(?:name=(?P<name>[^,]*),\s*)?(?P<text>.*)$"
 )
-_OFF_BUS = rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<bdf>{_ADDR}):.*GPU has fallen off the bus"
-_LOST_START = rf"NVRM: The NVIDIA GPU (?P<bdf>{_ADDR})\s*$"
+_OFF_BUS = LazyPattern(
+    rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<bdf>{_ADDR}):.*GPU has fallen off the bus")
+_LOST_START = LazyPattern(rf"NVRM: The NVIDIA GPU (?P<bdf>{_ADDR})\s*$")
 _LOST_END = "fallen off the bus and is not responding"
 _LOST_PARTS = ("(PCI ID:", "installed in this system", _LOST_END)
 _LOST_SPAN = 3  # physical lines of the multi-line message
-_UUID = rf"NVRM: GPU at PCI:(?P<bdf>{_ADDR}): (?P<uuid>GPU-[0-9a-fA-F-]+)"
-_BOARD_SERIAL = r"NVRM: GPU Board Serial Number: (?P<serial>\S+)"
-_DEV_SERIAL = rf"NVRM: GPU (?P<bdf>{_ADDR}): GPU serial number is (?P<serial>[^.\s]+)"
+_UUID = LazyPattern(rf"NVRM: GPU at PCI:(?P<bdf>{_ADDR}): (?P<uuid>GPU-[0-9a-fA-F-]+)")
+_BOARD_SERIAL = LazyPattern(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
+_DEV_SERIAL = LazyPattern(
+    rf"NVRM: GPU (?P<bdf>{_ADDR}): GPU serial number is (?P<serial>[^.\s]+)")
 _SXID = "SXid (PCI:"  # NVSwitch lines: counted
 
 
@@ -86,30 +89,30 @@ class _Reader:
             return
         if self._continue_lost(index, line) or self._identity(line):
             return
-        match = re.search(_XID, body)
+        match = _XID.search(body)
         if match:
             self.events.append(_xid_event(match, line))
             return
-        match = re.search(_OFF_BUS, body)
+        match = _OFF_BUS.search(body)
         if match:
             self.events.append(_event("fallen_off_bus", match.group("bdf"), line,
                                       text="GPU has fallen off the bus"))
             return
-        match = re.search(_LOST_START, body)
+        match = _LOST_START.search(body)
         if match:
             self.lost = (index, line, match.group("bdf"), [body.split("NVRM:", 1)[1].strip()])
 
     def _identity(self, line: kernel_log.LogLine) -> bool:
-        match = re.search(_UUID, line.body)
+        match = _UUID.search(line.body)
         if match:
             self.named = match.group("bdf")
             self.identify(line.boot, self.named, "uuid", match.group("uuid"))
             return True
-        match = re.search(_BOARD_SERIAL, line.body)
+        match = _BOARD_SERIAL.search(line.body)
         if match and self.named:
             self.identify(line.boot, self.named, "serial", match.group("serial"))
             return True
-        match = re.search(_DEV_SERIAL, line.body)
+        match = _DEV_SERIAL.search(line.body)
         if match:
             self.identify(line.boot, match.group("bdf"), "serial", match.group("serial"))
             return True

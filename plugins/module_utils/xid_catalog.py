@@ -23,7 +23,7 @@ RESTART_APP.
 
 from __future__ import annotations
 
-import re
+from ansible_collections.exemplar.tune.plugins.module_utils.lazy_pattern import LazyPattern
 
 NONE, IGNORE, RESTART_APP, INVESTIGATE = "NONE", "IGNORE", "RESTART_APP", "INVESTIGATE"
 RESET_GPU, DRAIN_P2P, DRAIN_AND_RESET = "RESET_GPU", "DRAIN_P2P", "DRAIN_AND_RESET"
@@ -138,10 +138,9 @@ CATALOG.update({n: (f"CE{i}: Unknown Error", _APP) for i, n in
                 zip((3, 4, 5, 6, 7, 8, 9), (70, 71, 72, 75, 76, 77, 85), strict=True)})
 CATALOG.update({n: (f"CE{n - 116}: Unknown Error", _APP) for n in range(126, 136)})
 
-# Xid 154: "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)". Text, compiled by ``re``
-# at the first Xid 154.
-_RECOVERY = (r"recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) "
-             r"to 0x(?P<code>[0-9a-fA-F]+) \((?P<name>[^)]*)\)")
+# Xid 154: "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)" (compiled at first use).
+_RECOVERY = LazyPattern(r"recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) "
+                        r"to 0x(?P<code>[0-9a-fA-F]+) \((?P<name>[^)]*)\)")
 _RECOVERY_CODES = {0: NONE, 1: RESET_GPU, 2: REBOOT, 3: DRAIN_P2P, 4: DRAIN_AND_RESET,
                    5: RECOVER_IMEX_DOMAIN}
 _RECOVERY_NAMES = {"None": NONE, "GPU Reset Required": RESET_GPU, "Node Reboot Required": REBOOT,
@@ -170,7 +169,7 @@ def driver_action(text: str) -> str | None:
     The numeric code decides (names have changed between drivers, e.g. "OS Reboot"); a code
     this table does not know falls back to the name, else ``INVESTIGATE``.
     """
-    match = re.search(_RECOVERY, text)
+    match = _RECOVERY.search(text)
     if not match:
         return None
     code = int(match.group("code"), 16)
