@@ -34,7 +34,6 @@ WALL = "wall"  # seconds since the epoch (a year-less syslog stamp is read as th
 _QUOTE = LazyPattern(r"^(?:>\s?)+")
 _MARKER = LazyPattern(r"^-- (?:Boot [0-9a-f]+|Reboot) --$")
 _DECODE = LazyPattern(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*")
-_RAW = LazyPattern(r"^\[\s*(?P<t>\d+\.\d+)\]\s?")
 _CTIME = LazyPattern(
     r"^\[(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]\s?")
 _HOST = r"(?:\S+ kernel:\s?)?"  # journalctl / syslog: "<host> kernel: "
@@ -82,8 +81,7 @@ def _syslog(text: str) -> float:
     return _utc_seconds(stamp) + (float("0." + frac) if frac else 0.0)
 
 
-_PREFIXES = ((_RAW, float, BOOT), (_CTIME, _ctime, WALL), (_ISO, _iso, WALL),
-             (_SYSLOG, _syslog, WALL))
+_WALL_CLOCKS = ((_CTIME, _ctime), (_ISO, _iso), (_SYSLOG, _syslog))
 
 
 def split_prefix(line: str) -> tuple[str, str | None, float | None, str | None]:
@@ -98,12 +96,14 @@ def _unquote(line: str) -> str:
 
 
 def _raw_stamp(rest: str) -> tuple[str, str | None, float | None, str | None] | None:
-    """:func:`_split` of a line that starts with dmesg's ``[ 1843.308145]`` stamp, by string
-    operations (what ``_RAW`` matches, found faster); ``None`` for any other line."""
-    close = rest.find("]")
+    r""":func:`_split` of a line that starts with dmesg's ``[ 1843.308145]`` stamp (what
+    ``^\[\s*(\d+\.\d+)\]\s?`` matches, by string tests); ``None`` for any other line."""
+    close = rest.find("]") if rest[:1] == "[" else -1
+    if close < 0:
+        return None
     stamp = rest[1:close].lstrip()
     whole, dot, fraction = stamp.partition(".")
-    if close < 0 or not (dot and whole.isdecimal() and fraction.isdecimal()):
+    if not (dot and whole.isdecimal() and fraction.isdecimal()):
         return None
     body = rest[close + 1:]
     return body[1:] if body[:1].isspace() else body, stamp, float(stamp), BOOT
@@ -112,22 +112,21 @@ def _raw_stamp(rest: str) -> tuple[str, str | None, float | None, str | None] | 
 def _split(rest: str) -> tuple[str, str | None, float | None, str | None]:
     # The string tests in front of the regular expressions skip the ones that cannot match
     # (every log line passes here: a kernel log has thousands).
-    if rest[:1] == "[":
-        split = _raw_stamp(rest)
-        if split:
-            return split
-    elif "a" <= rest[:1] <= "z":
+    if "a" <= rest[:1] <= "z":
         rest = _DECODE.sub("", rest, count=1)
-    for pattern, parse, clock in _PREFIXES:
+    split = _raw_stamp(rest)
+    if split:
+        return split
+    for pattern, parse in _WALL_CLOCKS:
         match = pattern.match(rest)
         if not match:
             continue
         body = rest[match.end():]
-        inner = _RAW.match(body) if clock == WALL else None
+        inner = _raw_stamp(body)  # syslog lines may carry the raw stamp too: preferred
         if inner:
-            return body[inner.end():], inner.group("t"), float(inner.group("t")), BOOT
+            return inner
         try:
-            return body, match.group("t"), parse(match.group("t")), clock
+            return body, match.group("t"), parse(match.group("t")), WALL
         except ValueError:
             return body, match.group("t"), None, None
     return rest, None, None, None
