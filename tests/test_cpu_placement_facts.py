@@ -78,17 +78,6 @@ def test_parse_node_meminfo(name, text, want):
 
 
 @pytest.mark.parametrize(("text", "want"), [
-    ("0", 0), ("1\n", 1), ("3", 3), ("", ParseError), ("4", ParseError), ("on", ParseError),
-])
-def test_parse_numa_balancing(text, want):
-    if want is ParseError:
-        with pytest.raises(ParseError):
-            numa.parse_numa_balancing(text)
-    else:
-        assert numa.parse_numa_balancing(text) == want
-
-
-@pytest.mark.parametrize(("text", "want"), [
     ("32.0 GT/s PCIe", 32.0), ("8 GT/s", 8.0), ("2.5 GT/s PCIe\n", 2.5),
     ("Unknown", None), ("Unknown speed", None), ("", ParseError), ("fast", ParseError),
 ])
@@ -255,11 +244,6 @@ def test_numa_values_h100(facts):
                         "distance": [10, 21]}
 
 
-@pytest.mark.parametrize(("host", "want"), [
-    ("h100-x86", 1), ("healthy-h100", 0), ("gb200-grace-vm", 1)])
-def test_numa_balancing_on_fixtures(facts, host, want):
-    assert facts[host]["numa_balancing"] == want
-    assert facts[host]["sources"]["numa_balancing"] == "/proc/sys/kernel/numa_balancing"
 
 
 H100_GPU = {"0000:a4:00.0": 0, "0000:ae:00.0": 0, "0000:b8:00.0": 0, "0000:c2:00.0": 0,
@@ -500,8 +484,6 @@ def test_live_numa_node0(live):
     node0 = next(n for n in live["numa"]["nodes"] if n["node"] == 0)
     with open("/sys/devices/system/node/node0/cpulist") as handle:
         assert node0["cpulist"] == handle.read().strip()
-    with open("/proc/sys/kernel/numa_balancing") as handle:
-        assert live["numa_balancing"] == int(handle.read())
     assert live["numa"]["online"] == [int(n[4:]) for n in os.listdir("/sys/devices/system/node")
                                       if n.startswith("node") and n[4:].isdigit()]
 

@@ -39,6 +39,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+from exemplar_tune import registry_docs
 from exemplar_tune.checks.base import CHECKS, check
 from exemplar_tune.profile import load_profile
 from tests.conftest import REPO
@@ -280,11 +281,32 @@ def test_profile_injections_are_one_line_exit_2_before_anything_runs(h100, tmp_p
     assert tree_hash(h100) == before and not (tmp_path / "ledger.db").exists()
 
 
-def test_readme_knob_table_lists_the_registry():
-    rows = [line.split("|")[1].strip().strip("`") for line in
-            (REPO / "README.md").read_text().splitlines()
-            if line.startswith("| `") and line.count("|") == 5]
-    assert rows == list(registered_knobs())
+def test_generated_files_are_up_to_date_with_the_registry():
+    """The role argument specs, the schema's knob keys and the README tables are generated;
+    a declaration changed without regenerating fails here, naming the files."""
+    assert [str(path.relative_to(REPO)) for path in registry_docs.stale()] == []
+
+
+def test_the_generated_tables_list_every_knob_and_check_once():
+    readme = (REPO / "README.md").read_text()
+
+    def first_column(name: str) -> list[str]:
+        block = readme.split(f"<!-- generated: {name} -->", 1)[1].split(f"<!-- end: {name} -->")[0]
+        return [line.split("|")[1].strip().strip("`") for line in block.strip().splitlines()[2:]]
+
+    knobs = first_column("knobs")
+    assert knobs == list(registered_knobs())
+    checks = first_column("checks")
+    assert sorted(checks) == sorted(c.id for c in CHECKS) and len(set(checks)) == len(checks)
+
+
+def test_a_stale_generated_file_is_named_and_fails_the_check(tmp_path, monkeypatch):
+    schema = tmp_path / "schema.json"
+    schema.write_text(registry_docs.SCHEMA.read_text().replace(
+        '"maximum": 3', '"maximum": 9', 1))
+    monkeypatch.setattr(registry_docs, "SCHEMA", schema)
+    assert schema in registry_docs.stale()
+    assert registry_docs.main(["--check"]) == 1
 
 
 @pytest.mark.parametrize("value", ["$(touch {marker})", "`touch {marker}`", '"; touch {marker}; "',

@@ -662,23 +662,3 @@ def _probed_job(facts: Facts) -> tuple[int | str, set[int], set[int] | None] | N
 def _devices_text(devs: list[str]) -> str:
     gpus = sum(d.startswith("GPU") for d in devs)
     return f"{gpus} GPUs, {len(devs) - gpus} NICs"
-
-
-@check("cpu.numa-balancing", severity="low",
-       title="kernel.numa_balancing matches the profile",
-       risk="automatic NUMA balancing unmaps pages to sample access: hinting page faults and "
-            "page migrations stall loader threads during training",
-       fix="sysctl kernel.numa_balancing=<profile value> (persist in /etc/sysctl.d)",
-       knob="cpu.numa_balancing")
-def check_numa_balancing(facts: Facts, profile: Profile) -> Outcome:
-    want = _want(profile, "numa_balancing")
-    if want is None:
-        return skip("profile sets no numa_balancing")
-    have = _cpu(facts).get("numa_balancing")
-    if have is None:
-        return skip("kernel.numa_balancing unknown (/proc/sys/kernel/numa_balancing absent)")
-    evidence = source(facts, "cpu", "numa_balancing")
-    if have != want:
-        return Outcome(WARN, have, want, f"kernel.numa_balancing={have}, profile wants {want}",
-                       evidence)
-    return Outcome(PASS, have, want, f"kernel.numa_balancing={have}", evidence)

@@ -1,6 +1,6 @@
 r"""Editing ``KEY=VALUE`` files while keeping every other byte as it was.
 
-Two syntaxes:
+Three syntaxes:
 
 * ``nccl`` -- NCCL's own rules for ``/etc/nccl.conf`` (``src/misc/param.cc``): ``KEY=VALUE``
   per line, ``#`` only at column 0, no whitespace trimming, the first definition wins.
@@ -8,6 +8,10 @@ Two syntaxes:
   values may be quoted, the last definition wins; values are written double-quoted with
   ``\``, ``"``, ``$`` and backquote escaped, so a shell that sources the file (and systemd,
   which honours the same escapes) reads the value literally: nothing in it is expanded or run.
+* ``sysctl`` -- ``sysctl.d(5)``: ``key = value`` per line, blanks around ``=`` ignored, ``#``
+  and ``;`` start comments, a leading ``-`` only silences errors, ``kernel/numa_balancing``
+  names the same key as ``kernel.numa_balancing``, the last definition wins; values are
+  written as ``key = value``.
 
 Keys must be names and values one line (:func:`plan_env_file` refuses anything else), so no
 value can add a line or change the file's syntax.
@@ -28,6 +32,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 SHELL_KEY = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SYSCTL_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+KEYS = {"nccl": KEY, "shell": KEY, "sysctl": SYSCTL_KEY}
 SHELL_SPECIAL = re.compile(r'([\\"$`])')
 DOUBLE_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*$')
 
@@ -35,6 +41,8 @@ DOUBLE_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*$')
 def line_key(line: str, syntax: str) -> str | None:
     """The key a line defines, or ``None`` (comment, blank, no ``=``)."""
     body = line.rstrip("\r\n")
+    if syntax == "sysctl":
+        return sysctl_key(body)
     if syntax == "nccl":
         if body.startswith("#") or "=" not in body:
             return None
@@ -43,8 +51,21 @@ def line_key(line: str, syntax: str) -> str | None:
     return match.group(1) if match else None
 
 
+def sysctl_key(body: str) -> str | None:
+    """The key a ``sysctl.d`` line sets, in its dotted form; ``None`` for comments and blanks."""
+    text = body.strip()
+    if not text or text[0] in "#;" or "=" not in text:
+        return None
+    key = text.split("=", 1)[0].strip().removeprefix("-").strip()
+    if "/" in key.split(".", 1)[0]:  # the first separator is '/': '/' and '.' swap roles
+        key = key.translate(str.maketrans("/.", "./"))
+    return key or None
+
+
 def render_line(key: str, value: str, syntax: str, newline: str) -> str:
     """One ``KEY=VALUE`` line in ``syntax``."""
+    if syntax == "sysctl":
+        return f"{key} = {value}{newline}"
     if syntax == "nccl":
         return f"{key}={value}{newline}"
     escaped = SHELL_SPECIAL.sub(r"\\\1", value)
@@ -54,6 +75,8 @@ def render_line(key: str, value: str, syntax: str, newline: str) -> str:
 def line_value(line: str, syntax: str) -> str:
     """The value a line assigns, as the file's reader sees it (shell: quotes removed)."""
     value = line.rstrip("\r\n").split("=", 1)[1]
+    if syntax == "sysctl":
+        return value.strip()
     quoted = DOUBLE_QUOTED.match(value) if syntax == "shell" else None
     if quoted:
         return re.sub(r'\\([\\"$`])', r"\1", quoted.group(1))
@@ -95,7 +118,7 @@ def plan_env_file(root: Sysroot, path: str, settings: dict[str, str | None],
                   syntax: str) -> list[Change]:
     """``path`` with ``settings`` set (``None``: removed), every other byte kept."""
     for key, value in settings.items():
-        matching(key, KEY, f"{path}: key")
+        matching(key, KEYS[syntax], f"{path}: key")
         if value is not None:
             one_line(value, f"{path}: {key}")
     try:

@@ -46,8 +46,6 @@ def _devices(root: Sysroot, lister: Callable[[Sysroot], list[pci.PciDevice]]) ->
 
 def _gather_numa_pci(sheet: FactSheet, root: Sysroot) -> None:
     sheet.attempt("numa", root.display(numa.NODE_DIR), numa.read_numa, root)
-    sheet.attempt("numa_balancing", root.display(numa.NUMA_BALANCING),
-                  numa.read_numa_balancing, root)
     devices = root.display(pci.PCI_DEVICES)
     sheet.attempt("gpus_pci", devices, _devices, root, pci.list_gpus)
     sheet.attempt("nics_pci", devices, _devices, root, pci.list_nics)

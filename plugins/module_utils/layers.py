@@ -13,6 +13,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 if TYPE_CHECKING:
@@ -44,10 +45,22 @@ class Layer(NamedTuple):
     reads_host: bool = True  # False: recorded by the controller, not read from hosts
     options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
 
-    @property
-    def gather(self) -> Callable[..., dict[str, Any]]:
-        """The layer's fact gatherer (``layer_<name>.gather``)."""
-        return _gatherer(self.name)
+    def gather(self, root: Sysroot, **options: Any) -> dict[str, Any]:
+        """The layer's facts: its gatherer's (``layer_<name>.gather``), then the state of each
+        family knob of the layer (``Knob.state``), with its source and any error."""
+        facts = _gatherer(self.name)(root, **options)
+        states = [knob.state for knob in self.knobs if knob.state is not None]
+        if not states:
+            return facts
+        sheet = FactSheet()
+        for state in states:
+            if state.fact in facts:
+                raise ValueError(f"knob {self.name}.{state.fact}: the layer already has a "
+                                 f"fact {state.fact!r}")
+            sheet.attempt(state.fact, state.source(root), state.read, root)
+        found = {key: value for key, value in facts.items() if key not in ("sources", "errors")}
+        return {**found, **sheet.facts, "sources": {**facts["sources"], **sheet.sources},
+                "errors": facts["errors"] + sheet.errors}
 
     @property
     def knobs(self) -> tuple[Knob, ...]:

@@ -1,9 +1,9 @@
-"""NUMA topology: ``/sys/devices/system/node`` and ``/proc/sys/kernel/numa_balancing``.
+"""NUMA topology: ``/sys/devices/system/node``.
 
 Files: ``Documentation/ABI/stable/sysfs-devices-node`` (``online``, ``has_cpu``,
-``has_memory``, ``nodeN/cpulist``, ``nodeN/meminfo``, ``nodeN/distance``) and
-``Documentation/admin-guide/sysctl/kernel.rst`` (``numa_balancing``: 0 off, 1 normal,
-2 memory tiering, 3 both). CPU-less and memory-less nodes are normal; use ``has_cpu``.
+``has_memory``, ``nodeN/cpulist``, ``nodeN/meminfo``, ``nodeN/distance``). CPU-less and
+memory-less nodes are normal; use ``has_cpu``. ``kernel.numa_balancing`` is read as the
+state of its knob (``knobs/cpu.py``, a sysctl family knob).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseE
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 NODE_DIR = "sys/devices/system/node"
-NUMA_BALANCING = "proc/sys/kernel/numa_balancing"
 _MEMINFO_LINE = re.compile(r"^Node\s+\d+\s+([\w()]+):\s+(\d+)(?:\s+kB)?$")
 
 
@@ -47,17 +46,6 @@ def parse_node_meminfo(text: str, source: str = "meminfo") -> dict[str, int]:
     if "MemTotal" not in fields:
         raise ParseError(source, text, "no MemTotal")
     return fields
-
-
-def parse_numa_balancing(text: str, source: str = NUMA_BALANCING) -> int:
-    """``"1"`` -> ``1``; the value is a bitmask 0..3."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ParseError(source, text, "not an integer") from None
-    if not 0 <= value <= 3:
-        raise ParseError(source, text, "not a numa_balancing mode (0-3)")
-    return value
 
 
 def read_node_list(root: Sysroot, name: str) -> list[int]:
@@ -97,9 +85,3 @@ def read_numa(root: Sysroot) -> dict[str, Any]:
         **optional,
         "nodes": [read_node(root, node) for node in online],
     }
-
-
-def read_numa_balancing(root: Sysroot) -> int | None:
-    """``kernel.numa_balancing``; ``None`` when the kernel has no NUMA balancing."""
-    text = root.read_optional(NUMA_BALANCING)
-    return None if text is None else parse_numa_balancing(text, root.display(NUMA_BALANCING))

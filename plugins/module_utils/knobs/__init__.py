@@ -1,11 +1,19 @@
-"""What a knob is: one registered setting of a layer, planned in Python.
+"""What a knob is: one registered setting of a layer.
 
 A knob declares, once: its layer and name, the keys of the profile's layer section it reads
-(its target), the role variables that override them, its own settings (paths, unit lists ...)
-with their defaults, whether it needs a reboot, and a **planner**: a pure function
-``(sysroot, target) -> list of changes`` (``changes.FileChange`` ...). The planner only reads;
-the change engine journals, writes, reads back and restores. Each layer's knobs live in
-``knobs/<layer>.py`` and are listed by the layer registry (``layers.Layer.knobs``).
+(its target) with their JSON schema, the role variables that override them, its own settings
+(paths, unit lists ...) with their defaults, whether it needs a reboot, and a **planner**: a
+pure function ``(sysroot, target) -> list of changes`` (``changes.FileChange`` ...). The
+planner only reads; the change engine journals, writes, reads back and restores.
+
+Most knobs belong to a **family** (``knobs/families.py``: a sysctl, a sysfs attribute, a
+kernel argument, a key in a configuration file, a systemd drop-in property): one call there
+declares the knob, the fact that shows its state and, optionally, its preflight check
+(:class:`CheckSpec`); every other name of the setting is derived from the knob's name. Knobs
+that need real logic are written as planners and registered the same way. Each layer's
+knobs live in ``knobs/<layer>.py`` and are listed by the layer registry
+(``layers.Layer.knobs``); the role argument specs, the profile schema's knob keys and the
+README's tables are generated from them (``python -m exemplar_tune.registry_docs``).
 """
 
 from __future__ import annotations
@@ -35,17 +43,68 @@ def flag(value: Any, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Setting:
-    """A role variable of a knob (``cpu_housekeeping_units``) and its default."""
+    """A role variable of a knob (``cpu_housekeeping_units``) and its default.
+
+    ``type`` is the argument spec's type (default: from ``default``, ``path`` for a name
+    ending in ``_path``); ``choices`` the values it takes, when it is a closed set.
+    """
 
     name: str
     default: Any
     description: str
+    type: str = ""
+    choices: tuple[str, ...] = ()
+
+    @property
+    def spec_type(self) -> str:
+        """The argument spec's type of the variable."""
+        if self.type:
+            return self.type
+        if self.name.endswith("_path"):
+            return "path"
+        kinds = {bool: "bool", int: "int", list: "list", dict: "dict"}
+        return kinds.get(type(self.default), "str")
 
     def read(self, value: Any) -> Any:
         """``value`` given for this setting: a boolean setting takes only a boolean (as
         Ansible reads them; ``KnobInputError`` naming the variable otherwise); other values
         are checked by their planners."""
         return flag(value, self.name) if isinstance(self.default, bool) else value
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """The preflight check a family knob declares: the host's state against the profile.
+
+    Its id is the knob's with ``-`` for ``_`` (``cpu.numa-balancing``); ``status`` is what a
+    mismatch reports (``warn`` for a tuning preference, ``fail`` for what makes a node unfit);
+    ``fix`` defaults to naming the knob.
+    """
+
+    severity: str
+    title: str
+    risk: str
+    fix: str = ""
+    status: str = "warn"
+
+
+class State:
+    """What a family reads back from a host: one fact of the layer, and how to judge it."""
+
+    fact: str  # the key in the layer's facts
+    label: str  # the setting as an operator names it (``kernel.numa_balancing``)
+
+    def source(self, root: Sysroot) -> str:
+        """The file or command the fact comes from (evidence)."""
+        raise NotImplementedError
+
+    def read(self, root: Sysroot) -> Any:
+        """The fact's value; ``None`` when the host does not have the setting."""
+        raise NotImplementedError
+
+    def matches(self, have: Any, want: Any) -> bool:
+        """True when the fact ``have`` already is the profile's ``want``."""
+        return bool(have == want)
 
 
 @dataclass(frozen=True)
@@ -63,17 +122,23 @@ AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
 
 # Shared by every knob that changes kernel arguments (cpu.cstate_cmdline, vm.*).
 BOOTLOADER = Setting("exemplar_bootloader_command", None,
-                     "Command that rebuilds the bootloader configuration after a kernel-argument "
-                     "change (argv list); default update-grub or grub2-mkconfig on a live host, "
-                     "nothing (recorded only) in a sysroot.")
+                     "Command (argv) that rebuilds the bootloader configuration after a "
+                     "kernel-argument change; it is journaled and run again after C(restore) "
+                     "puts the defaults file back. Default C(update-grub), else "
+                     "C(grub2-mkconfig -o /boot/grub2/grub.cfg), on a live host; in a sysroot "
+                     "nothing runs unless this is set (the rebuild is recorded).", type="list")
 
 
 @dataclass(frozen=True)
 class Knob:
     """One setting of a layer, planned by ``plan``.
 
-    ``profile_keys`` are read from the profile's ``<layer>`` section; ``overrides`` maps role
-    variables to the profile key they override (a null variable means "from the profile").
+    ``profile_keys`` maps each key read from the profile's ``<layer>`` section to its JSON
+    schema (with a ``description``; the profile schema is generated from it); ``overrides``
+    maps role variables to the profile key they override (a null variable means "from the
+    profile"). ``state`` (family knobs) reads the setting back as a fact of the layer, and
+    ``check`` declares the preflight check that compares it with the profile. ``doc`` is the
+    role documentation's paragraph on the knob (default: its summary).
     ``after`` (optional) reads the state back once every change of the layer was made and
     raises ``HostStateError`` when the host did not take it. ``advice`` (optional) returns
     the actions outside the host the knob's target needs (a hypervisor setting), reported
@@ -84,7 +149,7 @@ class Knob:
     name: str
     summary: str
     plan: Planner
-    profile_keys: tuple[str, ...]
+    profile_keys: dict[str, dict[str, Any]]
     overrides: dict[str, str] = field(default_factory=dict)
     settings: tuple[Setting, ...] = ()
     facts: tuple[str, ...] = ()
@@ -92,11 +157,19 @@ class Knob:
     after: AfterCheck | None = None
     advice: Callable[[Target], list[dict[str, Any]]] | None = None
     switched: bool = True  # False: no switch variable (its override already is one)
+    state: State | None = None
+    check: CheckSpec | None = None
+    doc: str = ""
 
     @property
     def id(self) -> str:
         """``layer.name``, as checks and reports name the knob."""
         return f"{self.layer}.{self.name}"
+
+    @property
+    def check_id(self) -> str:
+        """The id of the check the knob declares (``cpu.numa-balancing``)."""
+        return f"{self.layer}.{self.name.replace('_', '-')}"
 
     @property
     def switch(self) -> str:

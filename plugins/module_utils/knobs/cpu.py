@@ -21,10 +21,15 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostSt
 from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
+    CheckSpec,
     Knob,
     KnobInputError,
     Setting,
     Target,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import (
+    sysctl,
+    sysfs_attr,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     FILE_NAME,
@@ -41,7 +46,20 @@ SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
 GRUB_PATH = Setting("cpu_grub_defaults_path", "/etc/default/grub",
-                    "Bootloader defaults file holding the kernel command line.")
+                    "The bootloader defaults file edited by C(cstate_cmdline).")
+_ENABLED = ["enabled", "disabled"]
+BIOS_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "description": "BIOS policy set through the BMC (Redfish) in normalised terms; the vendor "
+                   "attribute map translates it (knob cpu.bios, takes effect after a reboot)",
+    "properties": {
+        "core_cstates": {"enum": [*_ENABLED, "C1E"]},
+        "package_cstate": {"enum": [*_ENABLED, "C6-retention", "C6-non-retention", "C2",
+                                    "auto"]},
+        "c1e": {"enum": _ENABLED},
+        "turbo": {"enum": _ENABLED},
+        "profile": {"enum": ["performance", "balanced", "efficiency", "os-controlled", "hpc",
+                             "low-latency", "dense", "custom"]}}}
 
 
 def _deep(target: Target) -> bool:
@@ -128,16 +146,6 @@ def plan_tuned_profile(root: Sysroot, target: Target) -> list[Change]:
             f"include={','.join(active)}\n\n[cpu]\nforce_latency=none\n")
     return [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode()),
             *plan_switch(root, [child])]
-
-
-def plan_governor(root: Sysroot, target: Target) -> list[Change]:
-    """The cpufreq governor of every policy (runtime)."""
-    governor = target.want.get("governor")
-    if governor is None:
-        return []
-    value = matching(governor, WORD, "cpu.governor")
-    return [AttrChange(f"{policy}/scaling_governor", value) for policy in root.glob(POLICIES)
-            if root.exists(f"{policy}/scaling_governor")]
 
 
 def plan_turbo(root: Sysroot, target: Target) -> list[Change]:
@@ -233,21 +241,6 @@ def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
     return changes
 
 
-def plan_numa_balancing(root: Sysroot, target: Target) -> list[Change]:
-    """``kernel.numa_balancing`` now and in ``sysctl.d``."""
-    value = target.want.get("numa_balancing")
-    if value is None:
-        return []
-    if isinstance(value, bool) or not isinstance(value, int) and not str(value).isdigit():
-        raise KnobInputError("cpu.numa_balancing", f"{value!r} is not a whole number")
-    text = str(int(value))
-    path = clean_path(target.settings["cpu_sysctl_path"], "cpu_sysctl_path")
-    changes: list[Change] = []
-    if root.exists("proc/sys/kernel/numa_balancing"):
-        changes.append(AttrChange("proc/sys/kernel/numa_balancing", text))
-    return changes + [FileChange(path, f"kernel.numa_balancing = {text}\n".encode())]
-
-
 def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
     """The BIOS C-state/turbo/profile policy, staged through the BMC for the next boot."""
     wanted = target.want.get("bios")
@@ -259,49 +252,103 @@ def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
     return [plan_change(target.bmc, wanted, target.settings["cpu_bios_apply_time"])]
 
 
+DEEP_CSTATES = {"deep_cstates": {
+    "type": "boolean",
+    "description": "the deepest idle state must be exposed and enabled on every CPU"}}
+
+
+ROLE_SUMMARY = "Fix the CPU-layer gaps of a GPU training host"
+ROLE_NOTES = (
+    "Each knob goes through the journaled engine (previous state recorded, written, read back, "
+    "put back on failure) and can be switched off with its C(cpu_<knob>) boolean; a knob whose "
+    "target is unset in the profile's C(cpu) section is skipped.",
+)
+
 KNOBS: tuple[Knob, ...] = (
     Knob("cpu", "deep_cstates", "enable the deepest idle state (or the named ones) on every "
          "CPU now, and by a udev rule at boot", plan_deep_cstates,
-         ("deep_cstates", "deep_cstate_names"),
+         {**DEEP_CSTATES, "deep_cstate_names": {
+             "type": "array", "items": {"type": "string", "pattern": IDLE_STATE.pattern},
+             "description": "idle states to allow, by name (default: the deepest state each "
+                            "CPU exposes)"}},
          {"cpu_deep_cstates_target": "deep_cstates",
           "cpu_deep_cstate_names": "deep_cstate_names"},
          (Setting("cpu_cstates_udev_rule_path", "/etc/udev/rules.d/90-exemplar-cstates.rules",
-                  "udev rule that enables the states again at boot and for CPUs coming online."),),
-         facts=("cpu.cpuidle",)),
+                  "The udev rule that re-enables the idle states at boot and CPU online."),),
+         facts=("cpu.cpuidle",),
+         doc="C(deep_cstates) enables the deepest idle state (or C(cpu_deep_cstate_names)) on "
+             "every CPU now and writes a udev rule that does it again at boot and for CPUs "
+             "brought online."),
     Knob("cpu", "cstate_cmdline", "remove the C-state limits from the kernel command line",
-         plan_cstate_cmdline, ("deep_cstates",), {"cpu_deep_cstates_target": "deep_cstates"},
+         plan_cstate_cmdline, DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
          (Setting("cpu_cstate_cmdline_remove", ["intel_idle.max_cstate", "processor.max_cstate",
                                                 "idle", "intel_idle.states_off", "cpuidle.off"],
-                  "Kernel arguments removed."), GRUB_PATH, BOOTLOADER),
-         reboot=True),
+                  "Kernel parameters removed from the bootloader defaults."), GRUB_PATH,
+          BOOTLOADER),
+         reboot=True,
+         doc="C(cstate_cmdline) removes C-state limits from C(/etc/default/grub); it takes "
+             "effect after a reboot, which the role never does - it sets "
+             "C(cpu_reboot_required) instead."),
     Knob("cpu", "tuned_profile", "switch tuned to a child profile without force_latency",
-         plan_tuned_profile, ("deep_cstates",), {"cpu_deep_cstates_target": "deep_cstates"},
+         plan_tuned_profile, DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
          (Setting("cpu_tuned_child_suffix", "-no-force-latency",
-                  "Suffix of the child profile's name."),),
-         facts=("cpu.tuned",)),
-    Knob("cpu", "governor", "cpufreq governor of every policy", plan_governor, ("governor",),
-         {"cpu_governor_target": "governor"}),
-    Knob("cpu", "turbo", "turbo allowed or not", plan_turbo, ("turbo",),
-         {"cpu_turbo_target": "turbo"}, facts=("cpu.cpufreq",)),
+                  "Suffix of the child profile's name (C(<active><suffix>) under "
+                  "C(/etc/tuned))."),),
+         facts=("cpu.tuned",),
+         doc="C(tuned_profile) switches tuned to a child profile of the active one with "
+             "C(force_latency=none) (tuned is never stopped)."),
+    sysfs_attr("cpu", "governor", f"{POLICIES}/scaling_governor",
+               "cpufreq governor of every policy",
+               {"type": "string", "pattern": WORD.pattern,
+                "description": "cpufreq governor for every policy (performance)"},
+               doc="C(governor) writes the governor of every cpufreq policy (runtime)."),
+    Knob("cpu", "turbo", "turbo allowed or not", plan_turbo,
+         {"turbo": {"type": "boolean",
+                    "description": "turbo allowed (true) or forbidden (false)"}},
+         {"cpu_turbo_target": "turbo"}, facts=("cpu.cpufreq",),
+         doc="C(turbo) sets intel_pstate C(no_turbo), else cpufreq C(boost) (runtime)."),
     Knob("cpu", "housekeeping", "confine housekeeping units to their CPUs, ban the others in "
-         "irqbalance", plan_housekeeping, ("housekeeping_confined", "housekeeping_cpus"),
+         "irqbalance", plan_housekeeping,
+         {"housekeeping_confined": {
+             "type": "boolean",
+             "description": "system.slice/user.slice/init.scope must not share CPUs with "
+                            "training jobs"},
+          "housekeeping_cpus": {
+             "type": "string", "pattern": "^[0-9,\\-]+$",
+             "description": "CPU list (kernel cpulist format) that system.slice, user.slice "
+                            "and init.scope are confined to; the rest is left to training "
+                            "jobs"}},
          {"cpu_housekeeping_confined": "housekeeping_confined",
           "cpu_housekeeping_cpus": "housekeeping_cpus"},
          (Setting("cpu_housekeeping_units", list(HOUSEKEEPING_UNITS),
-                  "Units confined to the housekeeping CPUs."),
+                  "systemd units confined to the housekeeping CPUs."),
           Setting("cpu_housekeeping_allow_job_units", False,
-                  "Confine a unit even when Slurm job cgroups live below it."),
+                  "Confine a unit even when Slurm job cgroups live below it. Off by default - "
+                  "the running jobs would be squeezed onto the housekeeping CPUs."),
           Setting("cpu_irqbalance_path", "/etc/default/irqbalance",
-                  "irqbalance environment file.")),
-         facts=("cpu.cgroup", "cpu.numa", "cpu.slurm_jobs")),
-    Knob("cpu", "numa_balancing", "kernel.numa_balancing now and in sysctl.d",
-         plan_numa_balancing, ("numa_balancing",),
-         {"cpu_numa_balancing_target": "numa_balancing"},
-         (Setting("cpu_sysctl_path", "/etc/sysctl.d/90-exemplar-tune.conf",
-                  "sysctl.d file that persists the value."),)),
+                  "irqbalance's environment file (C(/etc/sysconfig/irqbalance) on RHEL).")),
+         facts=("cpu.cgroup", "cpu.numa", "cpu.slurm_jobs"),
+         doc="C(housekeeping) writes the units' cpusets now, the C(AllowedCPUs=) drop-ins for "
+             "the next boot, and bans the other CPUs in irqbalance."),
+    sysctl("cpu", "numa_balancing", "kernel.numa_balancing", "kernel.numa_balancing now and "
+           "in sysctl.d",
+           {"type": "integer", "minimum": 0, "maximum": 3,
+            "description": "value of kernel.numa_balancing (0 off, 1 normal, 2 memory "
+                           "tiering, 3 both)"},
+           check=CheckSpec("low", "kernel.numa_balancing matches the profile",
+                           "automatic NUMA balancing unmaps pages to sample access: hinting "
+                           "page faults and page migrations stall loader threads during "
+                           "training")),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
-         plan_bios, ("bios",), {"cpu_bios_target": "bios"},
+         plan_bios, {"bios": BIOS_SCHEMA}, {"cpu_bios_target": "bios"},
          (Setting("cpu_bios_apply_time", "OnReset",
-                  "@Redfish.SettingsApplyTime requested for BIOS changes."),),
-         reboot=True),
+                  "C(@Redfish.SettingsApplyTime) requested for BIOS changes where the BMC "
+                  "lists it.", choices=("OnReset", "Immediate", "AtMaintenanceWindowStart",
+                                        "InMaintenanceWindowOnReset")),),
+         reboot=True,
+         doc="C(bios) stages the BIOS C-state, C1E, turbo and profile settings through the "
+             "host's BMC (Redfish C(PATCH Bios/Settings), applied at the next reset, so "
+             "C(cpu_reboot_required) becomes true); it runs only where "
+             "C(exemplar_bmc_address) is set, from where the role runs, and the journal keeps "
+             "the previous values for C(restore)."),
 )

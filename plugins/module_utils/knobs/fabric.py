@@ -36,8 +36,22 @@ def plan_nccl_conf(root: Sysroot, target: Target) -> list[Change]:
     return plan_env_file(root, path, nccl_settings(wanted, "fabric.nccl"), "nccl")
 
 
+ROLE_SUMMARY = "Set the NCCL settings the fabric is tuned for"
+ROLE_NOTES: tuple[str, ...] = ()
+
 KNOBS: tuple[Knob, ...] = (
     Knob("fabric", "nccl_conf", "NCCL settings found by sweep, in the system NCCL configuration",
-         plan_nccl_conf, ("nccl",), {"fabric_nccl_settings": "nccl"},
-         (Setting("fabric_nccl_conf_path", "/etc/nccl.conf", "System NCCL configuration."),)),
+         plan_nccl_conf,
+         {"nccl": {"type": "object", "propertyNames": {"pattern": NCCL_KEY.pattern},
+                   "additionalProperties": {"type": ["string", "null"],
+                                            "pattern": "^[^\\x00-\\x1f\\x7f]{0,1023}$"},
+                   "description": "NCCL_* settings the fabric is tuned for (found by sweep): "
+                                  "one-line values; null removes the key"}},
+         {"fabric_nccl_settings": "nccl"},
+         (Setting("fabric_nccl_conf_path", "/etc/nccl.conf",
+                  "The system-wide NCCL configuration file."),),
+         doc="C(nccl_conf) writes the profile's C(fabric.nccl) keys into C(/etc/nccl.conf) with "
+             "NCCL's own line rules, keeping every other line and comment byte for byte. The "
+             "values should come from a sweep on this fabric (for example "
+             "C(NCCL_IB_QPS_PER_CONNECTION)), never be copied blindly."),
 )

@@ -40,10 +40,27 @@ def check_persistence(root: Sysroot, target: Target, changes: list[Change]) -> N
                              "nvidia-smi -pm")
 
 
+ROLE_SUMMARY = "Set GPU persistence mode as the profile says"
+ROLE_NOTES = (
+    "Runtime state - it is lost at reboot or driver reload; keep C(nvidia-persistenced) "
+    "enabled for the persistent form.",
+    "Nothing is done when the GPU facts show no GPU (no driver, nothing listed). A live host "
+    "with GPUs but no nvidia-smi fails with one line.",
+    "With C(exemplar_sysroot) no command runs; the captured "
+    "C(.exemplar/commands/nvidia-smi-q-x.xml) of the tree is edited instead (tests, captured "
+    "hosts).",
+)
+
 KNOBS: tuple[Knob, ...] = (
     Knob("gpu", "persistence_mode", "persistence mode on every GPU", plan_persistence,
-         ("persistence_mode",), {"gpu_persistence_mode": "persistence_mode"},
+         {"persistence_mode": {"type": "boolean",
+                               "description": "persistence mode wanted (true - on)"}},
+         {"gpu_persistence_mode": "persistence_mode"},
          (Setting("gpu_persistence_gpus", [], "PCI addresses of the GPUs to change; empty: "
                   "every GPU nvidia-smi lists."),),
-         facts=("gpu.present",), after=check_persistence, switched=False),
+         facts=("gpu.present",), after=check_persistence, switched=False,
+         doc="C(persistence_mode) turns persistence mode on (or off) on each GPU whose state "
+             "differs, with C(nvidia-smi -i <bdf> -pm 1); the journal keeps C(-pm 0) as the "
+             "undo command. Without persistence the driver tears the GPU state down whenever "
+             "no client holds it, and every job start pays the re-initialisation."),
 )

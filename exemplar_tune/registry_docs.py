@@ -1,0 +1,248 @@
+"""Files generated from the knob and check registries, and the one command that writes them.
+
+``python -m exemplar_tune.registry_docs`` rewrites, from the registries alone:
+
+* ``roles/<layer>/meta/argument_specs.yml`` for every layer with a role: each knob's switch,
+  target overrides (typed and described from the profile key's schema) and settings, the
+  layer's notes and options (``ROLE_SUMMARY``, ``ROLE_NOTES``, ``ROLE_OPTIONS`` beside its
+  knobs), and the options every layer role shares;
+* the knob keys of ``exemplar_tune/profiles/schema.json`` (each knob's ``profile_keys``);
+* the README's knob and check tables (between ``<!-- generated: NAME -->`` and
+  ``<!-- end: NAME -->``).
+
+``--check`` writes nothing and exits 1 naming the stale files; the test suite runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Setting
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    ROLE_LAYERS,
+    get_layer,
+    registered_knobs,
+)
+
+from exemplar_tune.checks import CHECKS
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = Path(__file__).resolve().parent / "profiles" / "schema.json"
+README = REPO / "README.md"
+HEADER = ("# Generated from the knob registry (plugins/module_utils/knobs/) by\n"
+          "# `python -m exemplar_tune.registry_docs`: edit the knobs, not this file.\n")
+JSON_TYPES = {"boolean": "bool", "integer": "int", "number": "float", "string": "str",
+              "array": "list", "object": "dict"}
+BMC_OPTIONS: dict[str, dict[str, Any]] = {
+    "exemplar_bmc_address": {"type": "str", "description": "The host's BMC (C(host), "
+                             "C(host:port) or C(https://) URL); unset means no BMC."},
+    "exemplar_bmc_user": {"type": "str", "description": "BMC user name."},
+    "exemplar_bmc_password": {"type": "str", "description": "BMC password (Ansible Vault); "
+                              "unset falls back to the controller's C(EXEMPLAR_BMC_PASSWORD) "
+                              "environment variable. Never logged."},
+    "exemplar_bmc_ca": {"type": "path", "description": "CA bundle that signs the BMC's TLS "
+                        "certificate (pinning)."},
+    "exemplar_bmc_validate_certs": {"type": "bool", "default": True, "description": "Verify "
+                                    "the BMC's TLS certificate; false only for a lab BMC."},
+}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block sequences indented under their key, as the collection's YAML is written."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # noqa: D102
+        super().increase_indent(flow, False)
+
+
+def _layer_module(layer: str) -> Any:
+    """``knobs/<layer>.py``, where the role's notes live beside the knobs."""
+    return import_module(f"ansible_collections.exemplar.tune.plugins.module_utils.knobs.{layer}")
+
+
+def _override_spec(layer: str, key: str, schema: dict[str, Any]) -> dict[str, Any]:
+    kind = schema.get("type", "string")
+    kind = next(k for k in kind if k != "null") if isinstance(kind, list) else kind
+    spec: dict[str, Any] = {"type": JSON_TYPES[kind]}
+    if kind == "array":
+        spec["elements"] = JSON_TYPES[schema["items"].get("type", "string")]
+    if "default" in schema:
+        spec["default"] = schema["default"]
+    if "enum" in schema and None not in schema["enum"]:
+        spec["choices"] = list(schema["enum"])
+    text = schema["description"].rstrip(".")
+    spec["description"] = (f"{text}. Defaults to the profile's "
+                           f"C({layer}.{key}); null there skips what needs it.")
+    return spec
+
+
+def _setting_spec(setting: Setting) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": setting.spec_type}
+    if spec["type"] == "list":
+        spec["elements"] = "str"
+    if setting.default is not None:
+        spec["default"] = setting.default
+    if setting.choices:
+        spec["choices"] = list(setting.choices)
+    spec["description"] = setting.description
+    return spec
+
+
+def _knob_options(knobs: tuple[Knob, ...]) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = {}
+    for knob in knobs:
+        if knob.switched:
+            options[knob.switch] = {"type": "bool", "default": True,
+                                    "description": f"Run the C({knob.name}) knob "
+                                                   f"({knob.summary})."}
+    for knob in knobs:
+        for var, key in knob.overrides.items():
+            options.setdefault(var, _override_spec(knob.layer, key, knob.profile_keys[key]))
+    for knob in knobs:
+        for setting in knob.settings:
+            spec = _setting_spec(setting)
+            if options.setdefault(setting.name, spec) != spec:
+                raise ValueError(f"setting {setting.name} is declared twice, differently")
+    return options
+
+
+def _common(layer: str) -> dict[str, dict[str, Any]]:
+    return {
+        "exemplar_sysroot": {"type": "path", "default": "/", "description": "Directory "
+                             "mirroring C(/) to change instead of the live host."},
+        "exemplar_profile": {"type": "dict", "default": {}, "description": "The exemplar-tune "
+                             f"profile; its C({layer}) section feeds the knobs' targets."},
+    }
+
+
+def argument_specs(layer: str) -> str:
+    """The role ``layer``'s ``meta/argument_specs.yml``."""
+    module = _layer_module(layer)
+    knobs = get_layer(layer).knobs
+    bmc = BMC_OPTIONS if "bmc" in get_layer(layer).options else {}
+    main = {
+        "short_description": module.ROLE_SUMMARY,
+        "description": [*getattr(module, "ROLE_NOTES", ()),
+                        *(knob.doc or f"C({knob.name}) - {knob.summary}." for knob in knobs)],
+        "options": {
+            "exemplar_run_id": {"type": "str", "description": "Run id naming the host journal; "
+                                "required unless in check mode."},
+            **_common(layer), **_knob_options(knobs), **getattr(module, "ROLE_OPTIONS", {}),
+            **bmc,
+        },
+    }
+    restore = {
+        "short_description": f"Put back what a run changed on the {layer} layer",
+        "options": {
+            "exemplar_run_id": {"type": "str", "required": True,
+                                "description": "The run to restore."},
+            "exemplar_restore_expected": {
+                "type": "list", "elements": "str", "default": [],
+                "description": "Hosts known to have changed in this run (the ledger saw them); "
+                               "on these a missing journal fails the restore instead of "
+                               "counting as nothing to put back."},
+            "exemplar_sysroot": {"type": "path", "default": "/",
+                                 "description": "Directory mirroring C(/) of the host."},
+            **bmc,
+        },
+    }
+    body = yaml.dump({"argument_specs": {"main": main, "restore": restore}}, Dumper=_Dumper,
+                     sort_keys=False, width=100, allow_unicode=True)
+    return f"---\n{HEADER}{body}"
+
+
+def profile_schema(current: dict[str, Any]) -> str:
+    """``schema.json`` with every knob's profile keys set from the registry (other keys, the
+    check-only expectations, kept in place)."""
+    schema = json.loads(json.dumps(current))
+    declared: dict[tuple[str, str], dict[str, Any]] = {}
+    for knob in registered_knobs().values():
+        for key, spec in knob.profile_keys.items():
+            if declared.setdefault((knob.layer, key), spec) != spec:
+                raise ValueError(f"profile key {knob.layer}.{key} is declared differently by "
+                                 "two knobs")
+            schema["properties"][knob.layer]["properties"][key] = spec
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def knob_table() -> str:
+    """The README's table of knobs."""
+    rows = ["| knob | family | profile keys | check | reboot | what it does |",
+            "|---|---|---|---|---|---|"]
+    for knob in registered_knobs().values():
+        keys = ", ".join(f"`{knob.layer}.{key}`" for key in knob.profile_keys)
+        family = type(knob.state).__name__.lower() if knob.state else "planner"
+        check = f"`{knob.check_id}`" if knob.check else ""
+        rows.append(f"| `{knob.id}` | {family} | {keys} | {check} | "
+                    f"{'yes' if knob.reboot else 'no'} | {knob.summary} |")
+    return "\n".join(rows) + "\n"
+
+
+def check_table() -> str:
+    """The README's table of checks, in preflight order."""
+    rows = ["| check | severity | fixed by | what it checks |", "|---|---|---|---|"]
+    order = {name: index for index, name in enumerate(ROLE_LAYERS + ("workload",))}
+    for item in sorted(CHECKS, key=lambda c: order.get(c.layer, len(order))):
+        knob = f"`{item.knob}`" if item.knob else "(manual)"
+        rows.append(f"| `{item.id}` | {item.severity} | {knob} | {item.title} |")
+    return "\n".join(rows) + "\n"
+
+
+def _replace_block(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- generated: {name} -->\n", f"<!-- end: {name} -->"
+    if start not in text or end not in text:
+        raise ValueError(f"README.md has no {start.strip()} ... {end} block")
+    head, rest = text.split(start, 1)
+    return head + start + body + end + rest.split(end, 1)[1]
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file's path and its content from the registries."""
+    files = {REPO / "roles" / layer / "meta" / "argument_specs.yml": argument_specs(layer)
+             for layer in ROLE_LAYERS}
+    files[SCHEMA] = profile_schema(json.loads(SCHEMA.read_text()))
+    readme = README.read_text()
+    readme = _replace_block(readme, "knobs", knob_table())
+    files[README] = _replace_block(readme, "checks", check_table())
+    return files
+
+
+def stale() -> list[Path]:
+    """The generated files whose committed content differs from the registries'."""
+    return [path for path, text in generated().items()
+            if not path.exists() or path.read_text() != text]
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the generated files (or, with ``--check``, name the stale ones and exit 1)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m exemplar_tune.registry_docs",
+        description="Regenerate the role argument specs, the profile schema's knob keys and "
+                    "the README's knob and check tables from the registries.")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 and name the files that are stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = stale()
+        for path in found:
+            print(f"stale: {_shown(path)} (run python -m exemplar_tune.registry_docs)",
+                  file=sys.stderr)
+        return 1 if found else 0
+    for path, text in generated().items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {_shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

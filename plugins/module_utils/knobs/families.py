@@ -1,0 +1,390 @@
+"""Knob families: a setting of a common kind, declared as one call.
+
+Each family is a :class:`~knobs.State` (how the host shows the setting, read back as a fact
+of the layer) and a planner (the changes that set it, which the engine journals, writes,
+reads back and restores). A family call returns a registered :class:`~knobs.Knob`; every
+other name of the setting is derived from its layer and name by one rule::
+
+    knob            cpu.numa_balancing
+    check           cpu.numa-balancing           (when the call declares ``check=``)
+    profile key     cpu: {numa_balancing: 0}     (its JSON schema is ``schema``)
+    fact            facts["cpu"]["numa_balancing"]
+    role variables  cpu_numa_balancing (false: skip), cpu_numa_balancing_target (override)
+
+Shared settings are one per layer and family: ``<layer>_sysctl_path`` (the ``sysctl.d``
+file every sysctl knob of the layer writes its line into) and the layer's bootloader
+defaults file for kernel arguments. Values are checked against the key's schema before
+anything is rendered; a string value's schema must carry a ``pattern`` (checked when the
+knob is declared), so no value can change the syntax of the file it is written into.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+    AttrChange,
+    Change,
+    FileChange,
+    Regenerate,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import CMDLINE, read_cmdline
+from ansible_collections.exemplar.tune.plugins.module_utils.envfile import (
+    line_key,
+    line_value,
+    plan_env_file,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+    NotSupported,
+    ParseError,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
+    BOOTLOADER,
+    CheckSpec,
+    Knob,
+    KnobInputError,
+    Setting,
+    State,
+    Target,
+    flag,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
+    SYSTEMD_UNIT,
+    clean_path,
+    matching,
+    one_line,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+SYSCTL_FILE = "/etc/sysctl.d/90-exemplar-tune.conf"
+WHOLE = re.compile(r"^-?[0-9]{1,19}$")
+PROPERTY = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
+
+
+def profile_value(value: Any, schema: dict[str, Any], what: str) -> str:
+    """``value`` as the host takes it (``"1"`` for true), checked against ``schema``
+    (type, ``minimum``, ``maximum``, ``enum``, ``pattern``); ``KnobInputError`` otherwise."""
+    kind = schema["type"]
+    if kind == "boolean":
+        return "1" if flag(value, what) else "0"
+    if kind == "integer":
+        if isinstance(value, bool) or not WHOLE.match(str(value)):
+            raise KnobInputError(what, f"{value!r} is not a whole number")
+        number = int(value)
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and number < low or high is not None and number > high:
+            raise KnobInputError(what, f"{number} is outside {low}..{high}")
+        text = str(number)
+    else:
+        text = matching(one_line(value, what), re.compile(schema["pattern"]), what)
+    if "enum" in schema and text not in {str(v) for v in schema["enum"]}:
+        raise KnobInputError(what, f"{text!r} is not one of {schema['enum']}")
+    return text
+
+
+def host_value(text: str, schema: dict[str, Any], source: str) -> Any:
+    """A value the host reports, typed as the profile key is (an integer key reads an
+    integer, ``ParseError`` when it is none); never range-checked: what the host reports is
+    data, and a value outside the profile's range simply does not match."""
+    if schema["type"] in ("integer", "boolean"):
+        if not WHOLE.match(text):
+            raise ParseError(source, text, "not a whole number")
+        number = int(text)
+        return bool(number) if schema["type"] == "boolean" else number
+    return text
+
+
+def _want(state: Any, target: Target) -> str | None:
+    want = target.want.get(state.fact)
+    return None if want is None else profile_value(want, state.schema,
+                                                   f"{state.layer}.{state.fact}")
+
+
+def _service_step(unit: str, action: str, root: Sysroot) -> Regenerate:
+    """``systemctl ACTION UNIT`` as a journaled step after the files it depends on (run on a
+    live host, recorded in a sysroot); restore runs it again once the files are back."""
+    return Regenerate(f"systemctl {action} {unit}", ("systemctl", action, unit), run=root.live)
+
+
+@dataclass(frozen=True)
+class Sysctl(State):
+    """A kernel parameter: ``/proc/sys`` now, and its line in the layer's ``sysctl.d`` file
+    (edited line by line, so several knobs share the file)."""
+
+    layer: str
+    fact: str
+    label: str  # kernel.numa_balancing
+    schema: dict[str, Any]
+
+    @property
+    def proc(self) -> str:
+        """The parameter's file under ``/proc/sys``."""
+        return "proc/sys/" + self.label.replace(".", "/")
+
+    @property
+    def fix(self) -> str:
+        """The manual fix, for the check."""
+        return f"sysctl {self.label}=<profile value> (persist in /etc/sysctl.d)"
+
+    def source(self, root: Sysroot) -> str:  # noqa: D102
+        return root.display(self.proc)
+
+    def read(self, root: Sysroot) -> Any:  # noqa: D102
+        text = root.read_optional(self.proc)
+        return None if text is None else host_value(text, self.schema, self.source(root))
+
+    def plan(self, root: Sysroot, target: Target) -> list[Change]:
+        """The runtime value, then the ``sysctl.d`` line."""
+        value = _want(self, target)
+        if value is None:
+            return []
+        path = clean_path(target.settings[f"{self.layer}_sysctl_path"],
+                          f"{self.layer}_sysctl_path")
+        now: list[Change] = [AttrChange(self.proc, value)] if root.exists(self.proc) else []
+        return now + plan_env_file(root, path, {self.label: value}, "sysctl")
+
+
+@dataclass(frozen=True)
+class SysfsAttr(State):
+    """One attribute over a glob of devices or CPUs, written in place (runtime)."""
+
+    layer: str
+    fact: str
+    label: str  # the glob, relative to the root
+    schema: dict[str, Any]
+
+    @property
+    def fix(self) -> str:  # noqa: D102
+        return f"write the profile value to /{self.label}"
+
+    def source(self, root: Sysroot) -> str:  # noqa: D102
+        return root.display(self.label)
+
+    def read(self, root: Sysroot) -> dict[str, int] | None:
+        """How many of the attributes hold each value; ``None`` when the host has none."""
+        values = Counter(v for v in (root.read_optional(p) for p in root.glob(self.label))
+                         if v is not None)
+        return dict(sorted(values.items())) or None
+
+    def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
+        return set(have) == {profile_value(want, self.schema, self.fact)}
+
+    def plan(self, root: Sysroot, target: Target) -> list[Change]:
+        """The value on every attribute the glob finds."""
+        value = _want(self, target)
+        if value is None:
+            return []
+        return [AttrChange(path, value) for path in root.glob(self.label) if root.exists(path)]
+
+
+@dataclass(frozen=True)
+class KernelArg(State):
+    """A kernel command-line argument, in the bootloader defaults (next boot).
+
+    A boolean key adds the bare argument (true) or removes it (false); another value is
+    written as ``arg=value``. The fact is what the running kernel got: its value, ``True`` for
+    a bare argument, ``False`` when absent.
+    """
+
+    layer: str
+    fact: str
+    label: str  # the argument's name
+    schema: dict[str, Any]
+    grub: Setting
+
+    @property
+    def fix(self) -> str:  # noqa: D102
+        return f"set {self.label} on the kernel command line (bootloader defaults), then reboot"
+
+    def source(self, root: Sysroot) -> str:  # noqa: D102
+        return root.display(CMDLINE)
+
+    def read(self, root: Sysroot) -> Any:  # noqa: D102
+        try:
+            params = read_cmdline(root)
+        except NotSupported:
+            return None
+        if self.label not in params:
+            return False
+        return True if params[self.label] is None else params[self.label]
+
+    def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
+        if self.schema["type"] == "boolean":
+            return have is not False if want else have is False
+        return have == profile_value(want, self.schema, self.fact)
+
+    def plan(self, root: Sysroot, target: Target) -> list[Change]:
+        """The argument set (or removed) in the defaults file, and the bootloader rebuilt."""
+        value = _want(self, target)
+        if value is None:
+            return []
+        path = clean_path(target.settings[self.grub.name], self.grub.name)
+        boolean = self.schema["type"] == "boolean"
+        remove = [self.label] if boolean and value == "0" else []
+        add = {} if remove else {self.label: None if boolean else value}
+        return plan_cmdline(root, path, remove, add, target.settings[BOOTLOADER.name])
+
+
+@dataclass(frozen=True)
+class FileKey(State):
+    """One key of a ``KEY=VALUE`` configuration file (``envfile`` syntaxes), edited line by
+    line; with ``service``, that service is reloaded or restarted (if running) afterwards."""
+
+    layer: str
+    fact: str
+    label: str  # the key
+    schema: dict[str, Any]
+    path: Setting
+    syntax: str
+    service: str | None = None
+
+    @property
+    def fix(self) -> str:  # noqa: D102
+        return (f"set {self.label} in {self.path.default}"
+                + (f", then systemctl try-reload-or-restart {self.service}"
+                   if self.service else ""))
+
+    def source(self, root: Sysroot) -> str:  # noqa: D102
+        return root.display(self.path.default)
+
+    def read(self, root: Sysroot) -> str:
+        """The key's effective value in the default file; ``""`` when it is not set."""
+        text = root.read_optional(self.path.default) or ""
+        found = [line for line in text.splitlines() if line_key(line, self.syntax) == self.label]
+        if not found:
+            return ""
+        return line_value(found[0] if self.syntax == "nccl" else found[-1], self.syntax)
+
+    def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
+        return have == profile_value(want, self.schema, self.fact)
+
+    def plan(self, root: Sysroot, target: Target) -> list[Change]:
+        """The key's line, then the service step."""
+        value = _want(self, target)
+        if value is None:
+            return []
+        path = clean_path(target.settings[self.path.name], self.path.name)
+        changes = plan_env_file(root, path, {self.label: value}, self.syntax)
+        if self.service:
+            changes.append(_service_step(self.service, "try-reload-or-restart", root))
+        return changes
+
+
+@dataclass(frozen=True)
+class DropIn(State):
+    """A property of a systemd unit, in a drop-in of its own, made effective with
+    ``systemctl daemon-reload`` (and a restart of the unit, if running, with ``restart``)."""
+
+    layer: str
+    fact: str
+    label: str  # Unit.service: Property
+    schema: dict[str, Any]
+    unit: str
+    section: str
+    prop: str
+    restart: bool = False
+
+    @property
+    def path(self) -> str:
+        """The drop-in the knob owns."""
+        return f"/etc/systemd/system/{self.unit}.d/90-exemplar-tune-{self.fact}.conf"
+
+    @property
+    def fix(self) -> str:  # noqa: D102
+        return f"systemctl edit {self.unit}: [{self.section}] {self.prop}=<profile value>"
+
+    def source(self, root: Sysroot) -> str:  # noqa: D102
+        return root.display(self.path)
+
+    def read(self, root: Sysroot) -> str:
+        """The property in the knob's drop-in; ``""`` when the drop-in does not set it."""
+        found = ""
+        for line in (root.read_optional(self.path) or "").splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == self.prop:
+                found = value.strip()
+        return found
+
+    def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
+        return have == profile_value(want, self.schema, self.fact)
+
+    def plan(self, root: Sysroot, target: Target) -> list[Change]:
+        """The drop-in, ``daemon-reload`` and the optional restart."""
+        value = _want(self, target)
+        if value is None:
+            return []
+        text = (f"# Managed by exemplar-tune (knob {self.layer}.{self.fact}); put back by "
+                f"exemplar-tune restore.\n[{self.section}]\n{self.prop}={value}\n")
+        changes: list[Change] = [FileChange(self.path, text.encode()),
+                                 Regenerate("systemctl daemon-reload",
+                                            ("systemctl", "daemon-reload"), run=root.live)]
+        if self.restart:
+            changes.append(_service_step(self.unit, "try-restart", root))
+        return changes
+
+
+def _declare(state: Any, summary: str, settings: tuple[Setting, ...], check: CheckSpec | None,
+             doc: str, reboot: bool = False) -> Knob:
+    """The knob of ``state``, with every name derived from its layer and fact."""
+    schema = state.schema
+    if schema.get("type") not in ("integer", "boolean", "string") or \
+            schema["type"] == "string" and "pattern" not in schema or "description" not in schema:
+        raise ValueError(f"knob {state.layer}.{state.fact}: a family value's schema needs a "
+                         "type (integer, boolean or string), a description and, for a "
+                         "string, a pattern")
+    if check is not None and not check.fix:
+        check = CheckSpec(check.severity, check.title, check.risk, state.fix, check.status)
+    return Knob(state.layer, state.fact, summary, state.plan, {state.fact: schema},
+                {f"{state.layer}_{state.fact}_target": state.fact}, settings,
+                reboot=reboot, state=state, check=check, doc=doc)
+
+
+def sysctl(layer: str, name: str, key: str, summary: str, schema: dict[str, Any], *,
+           check: CheckSpec | None = None, doc: str = "") -> Knob:
+    """A kernel parameter (``kernel.numa_balancing``), now and in the layer's sysctl.d file."""
+    matching(key, re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+)+$"), f"{layer}.{name}: key")
+    path = Setting(f"{layer}_sysctl_path", SYSCTL_FILE,
+                   f"The sysctl.d file that persists the {layer} layer's kernel parameters "
+                   "(one line per parameter, edited in place).")
+    return _declare(Sysctl(layer, name, key, schema), summary, (path,), check, doc)
+
+
+def sysfs_attr(layer: str, name: str, glob: str, summary: str, schema: dict[str, Any], *,
+               check: CheckSpec | None = None, doc: str = "") -> Knob:
+    """An attribute over a glob (``sys/devices/system/cpu/cpufreq/policy[0-9]*/...``)."""
+    if not glob.startswith(("sys/", "proc/sys/")):
+        raise ValueError(f"knob {layer}.{name}: {glob!r} is not under sys/ or proc/sys/")
+    return _declare(SysfsAttr(layer, name, glob, schema), summary, (), check, doc)
+
+
+def kernel_arg(layer: str, name: str, arg: str, summary: str, schema: dict[str, Any], *,
+               grub: Setting, check: CheckSpec | None = None, doc: str = "") -> Knob:
+    """A kernel argument in the bootloader defaults ``grub`` (takes effect at the next boot)."""
+    matching(arg, re.compile(r"^[A-Za-z0-9_.-]{1,64}$"), f"{layer}.{name}: argument")
+    return _declare(KernelArg(layer, name, arg, schema, grub), summary, (grub, BOOTLOADER),
+                    check, doc, reboot=True)
+
+
+def file_key(layer: str, name: str, path: Setting, key: str, syntax: str, summary: str,
+             schema: dict[str, Any], *, service: str | None = None,
+             check: CheckSpec | None = None, doc: str = "") -> Knob:
+    """A key of a configuration file; ``service`` is reloaded or restarted after a change."""
+    if service is not None:
+        matching(service, SYSTEMD_UNIT, f"{layer}.{name}: service")
+    return _declare(FileKey(layer, name, key, schema, path, syntax, service), summary, (path,),
+                    check, doc)
+
+
+def dropin(layer: str, name: str, unit: str, section: str, prop: str, summary: str,
+           schema: dict[str, Any], *, restart: bool = False, check: CheckSpec | None = None,
+           doc: str = "") -> Knob:
+    """A property of a systemd unit in a drop-in; ``restart`` restarts the unit if running."""
+    matching(unit, SYSTEMD_UNIT, f"{layer}.{name}: unit")
+    matching(prop, PROPERTY, f"{layer}.{name}: property")
+    matching(section, PROPERTY, f"{layer}.{name}: section")
+    return _declare(DropIn(layer, name, f"{unit}: {prop}", schema, unit, section, prop, restart),
+                    summary, (), check, doc)
