@@ -339,6 +339,15 @@ KNOBS: tuple[Knob, ...] = (
                            "automatic NUMA balancing unmaps pages to sample access: hinting "
                            "page faults and page migrations stall loader threads during "
                            "training")),
+    sysctl("cpu", "sched_autogroup", "kernel.sched_autogroup_enabled",
+           "kernel.sched_autogroup_enabled now and in sysctl.d",
+           {"type": "integer", "minimum": 0, "maximum": 1,
+            "description": "value of kernel.sched_autogroup_enabled (1: CFS shares CPU time "
+                           "per session, 0: per task)"},
+           check=CheckSpec("low", "kernel.sched_autogroup_enabled matches the profile",
+                           "with autogroup on, CFS divides CPU time between sessions, not "
+                           "tasks: a training job's many threads weigh as much as one shell's "
+                           "build on a contended core")),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
          plan_bios, {"bios": BIOS_SCHEMA}, {"cpu_bios_target": "bios"},
          (Setting("cpu_bios_apply_time", "OnReset",
