@@ -73,8 +73,6 @@ def _override_spec(layer: str, key: str, schema: dict[str, Any]) -> dict[str, An
         spec["elements"] = JSON_TYPES[schema["items"].get("type", "string")]
     if "default" in schema:
         spec["default"] = schema["default"]
-    if "enum" in schema and None not in schema["enum"]:
-        spec["choices"] = list(schema["enum"])
     text = schema["description"].rstrip(".")
     spec["description"] = (f"{text}. Defaults to the profile's "
                            f"C({layer}.{key}); null there skips what needs it.")

@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.fabric import nccl_settings
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.fabric import (
+    nccl_settings,
+)
 
 from exemplar_tune.benchmark import BenchmarkSpec
 from exemplar_tune.diagnose import nccl_tests

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.checks import CHECKS
@@ -22,9 +22,10 @@ from tests.conftest import SYSROOTS
 
 PROFILE_OF = {"h100-x86": "h100-x86", "healthy-h100": "h100-x86",
               "gb200-grace-vm": "gb200-grace"}
+# the hand-written checks, in order; the checks family knobs declare come after them
 CPU_IDS = ("cpu.deep-cstates-disabled", "cpu.cstate-cmdline-limits", "cpu.pm-qos-holder",
            "cpu.bios-cstates", "cpu.governor", "cpu.turbo", "cpu.housekeeping-overlap",
-           "cpu.irqbalance-banned", "cpu.job-cpus-gpu-local", "cpu.numa-balancing")
+           "cpu.irqbalance-banned", "cpu.job-cpus-gpu-local")
 DELETE = object()
 _FACTS: dict[str, dict] = {}
 
@@ -80,7 +81,9 @@ def run_one(facts: dict[str, Any], profile: dict[str, Any], check_id: str) -> Ou
 
 def test_cpu_checks_registered_once_with_metadata():
     cpu = {c.id: c for c in CHECKS if c.layer == "cpu"}
-    assert tuple(cpu) == CPU_IDS
+    declared = tuple(k.check_id for k in get_layer("cpu").knobs if k.check)
+    assert "cpu.numa-balancing" in declared
+    assert tuple(cpu) == CPU_IDS + declared
     for c in cpu.values():
         assert c.severity in ("high", "medium", "low")
         assert c.title and c.risk and c.fix and "\n" not in c.risk + c.fix
@@ -98,14 +101,17 @@ FIXTURE_STATUSES = {
         "cpu.pm-qos-holder": FAIL, "cpu.bios-cstates": SKIP, "cpu.governor": PASS,
         "cpu.turbo": PASS, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
+        "cpu.sched-autogroup": SKIP,  # the shipped profiles leave autogroup alone
     },
     # no BMC in the fixture trees: the BIOS check is skipped (tests/test_bios_redfish.py)
-    "healthy-h100": {**dict.fromkeys(CPU_IDS, PASS), "cpu.bios-cstates": SKIP},
+    "healthy-h100": {**dict.fromkeys(CPU_IDS, PASS), "cpu.numa-balancing": PASS,
+                     "cpu.bios-cstates": SKIP, "cpu.sched-autogroup": SKIP},
     "gb200-grace-vm": {
         "cpu.deep-cstates-disabled": SKIP, "cpu.cstate-cmdline-limits": SKIP,
         "cpu.pm-qos-holder": SKIP, "cpu.bios-cstates": SKIP, "cpu.governor": SKIP,
         "cpu.turbo": SKIP, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
+        "cpu.sched-autogroup": SKIP,  # the shipped profiles leave autogroup alone
     },
 }
 
@@ -366,5 +372,6 @@ def test_checks_are_pure():
 
 def test_missing_cpu_layer_skips_everything():
     results = run_checks({}, load_profile("h100-x86"), layers=["cpu"])
-    assert {r.id: r.status for r in results} == dict.fromkeys(CPU_IDS, SKIP)
+    assert {r.id: r.status for r in results} == dict.fromkeys(
+        (c.id for c in CHECKS if c.layer == "cpu"), SKIP)
     assert not any(r.detail.startswith("check could not run") for r in results)

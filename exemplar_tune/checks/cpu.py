@@ -15,7 +15,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     parse_cpulist,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import online_cpus
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.cpu import online_cpus
 
 from exemplar_tune.checks.base import (
     FAIL,

@@ -20,12 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+if TYPE_CHECKING:  # imported when first planned (Knob.plan); these lines ship them
+    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners import (  # noqa
+        cpu,
+        fabric,
+        gpu,
+        runtime,
+        vm,
+    )
 
 
 class KnobInputError(HostStateError):
@@ -36,6 +45,7 @@ def flag(value: Any, name: str) -> bool:
     """A role variable as a boolean, read as Ansible reads booleans (``yes``, ``1``, ``on``
     ...); ``KnobInputError`` naming the variable for anything else."""
     try:
+        from ansible.module_utils.parsing.convert_bool import boolean  # not needed for facts
         return boolean(value, strict=True)
     except TypeError:
         raise KnobInputError(name, f"{value!r} is not a boolean") from None
@@ -89,10 +99,15 @@ class CheckSpec:
 
 
 class State:
-    """What a family reads back from a host: one fact of the layer, and how to judge it."""
+    """A family's setting: the host's state read back as one fact of the layer, how to judge
+    it against the profile, and the planner that sets it (``plan``, in the family).
 
-    fact: str  # the key in the layer's facts
-    label: str  # the setting as an operator names it (``kernel.numa_balancing``)
+    ``fact`` is the knob's name and the fact's key; ``label`` the setting as an operator names
+    it (``kernel.numa_balancing``); ``schema`` the profile key's JSON schema.
+    """
+
+    def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any]) -> None:
+        self.layer, self.fact, self.label, self.schema = layer, fact, label, schema
 
     def source(self, root: Sysroot) -> str:
         """The file or command the fact comes from (evidence)."""
@@ -117,8 +132,8 @@ class Target:
     bmc: Any = None
 
 
-Planner = Callable[[Sysroot, Target], list[Change]]
-AfterCheck = Callable[[Sysroot, Target, list[Change]], None]
+Planner = Callable[[Sysroot, Target], "list[Change]"]
+AfterCheck = Callable[[Sysroot, Target, "list[Change]"], None]
 
 # Shared by every knob that changes kernel arguments (cpu.cstate_cmdline, vm.*).
 BOOTLOADER = Setting("exemplar_bootloader_command", None,
@@ -133,29 +148,30 @@ BOOTLOADER = Setting("exemplar_bootloader_command", None,
 class Knob:
     """One setting of a layer, planned by ``plan``.
 
-    ``profile_keys`` maps each key read from the profile's ``<layer>`` section to its JSON
-    schema (with a ``description``; the profile schema is generated from it); ``overrides``
-    maps role variables to the profile key they override (a null variable means "from the
-    profile"). ``state`` (family knobs) reads the setting back as a fact of the layer, and
-    ``check`` declares the preflight check that compares it with the profile. ``doc`` is the
-    role documentation's paragraph on the knob (default: its summary).
-    ``after`` (optional) reads the state back once every change of the layer was made and
-    raises ``HostStateError`` when the host did not take it. ``advice`` (optional) returns
-    the actions outside the host the knob's target needs (a hypervisor setting), reported
-    with the result.
+    ``planner`` (and ``after``, ``advice``) is a function, or the name of one in
+    ``knobs/planners/<layer>.py``, imported when first used. ``profile_keys`` maps each key
+    read from the profile's ``<layer>`` section to its JSON schema (with a ``description``;
+    the profile schema is generated from it); ``overrides`` maps role variables to the
+    profile key they override (a null variable means "from the profile"). ``state`` (family
+    knobs) reads the setting back as a fact of the layer, and ``check`` declares the
+    preflight check that compares it with the profile. ``doc`` is the role documentation's
+    paragraph on the knob (default: its summary). ``after`` (optional) reads the state back
+    once every change of the layer was made and raises ``HostStateError`` when the host did
+    not take it. ``advice`` (optional) returns the actions outside the host the knob's
+    target needs (a hypervisor setting), reported with the result.
     """
 
     layer: str
     name: str
     summary: str
-    plan: Planner
+    planner: Planner | str
     profile_keys: dict[str, dict[str, Any]]
     overrides: dict[str, str] = field(default_factory=dict)
     settings: tuple[Setting, ...] = ()
     facts: tuple[str, ...] = ()
     reboot: bool = False
-    after: AfterCheck | None = None
-    advice: Callable[[Target], list[dict[str, Any]]] | None = None
+    after: AfterCheck | str | None = None
+    advice: Callable[[Target], list[dict[str, Any]]] | str | None = None
     switched: bool = True  # False: no switch variable (its override already is one)
     state: State | None = None
     check: CheckSpec | None = None
@@ -165,6 +181,17 @@ class Knob:
     def id(self) -> str:
         """``layer.name``, as checks and reports name the knob."""
         return f"{self.layer}.{self.name}"
+
+    @property
+    def plan(self) -> Planner:
+        """The planner, imported on first use when it is named."""
+        return self.resolve(self.planner)
+
+    def resolve(self, function: Callable[..., Any] | str) -> Callable[..., Any]:
+        """``function`` itself, or the function of that name in ``planners/<layer>.py``."""
+        if callable(function):
+            return function
+        return getattr(import_module(f"{__name__}.planners.{self.layer}"), function)
 
     @property
     def check_id(self) -> str:

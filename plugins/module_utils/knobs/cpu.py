@@ -1,49 +1,24 @@
 """The cpu layer's knobs: idle states, kernel C-state limits, tuned, frequency, housekeeping,
-NUMA balancing and the BIOS policy behind the BMC."""
+NUMA balancing, scheduler autogroup and the BIOS policy behind the BMC.
+
+Family knobs are complete here; the planners of the others are in ``planners/cpu.py``.
+"""
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from ansible_collections.exemplar.tune.plugins.module_utils.cgroup import HOUSEKEEPING_UNITS
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
-    AttrChange,
-    Change,
-    FileChange,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
-    format_cpulist,
-    parse_cpulist,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
     CheckSpec,
     Knob,
-    KnobInputError,
     Setting,
-    Target,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import (
     sysctl,
     sysfs_attr,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
-    FILE_NAME,
-    IDLE_STATE,
-    SYSTEMD_UNIT,
-    WORD,
-    clean_path,
-    matching,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import plan_switch
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import IDLE_STATE, WORD
 
-SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
-IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
 GRUB_PATH = Setting("cpu_grub_defaults_path", "/etc/default/grub",
                     "The bootloader defaults file edited by C(cstate_cmdline).")
@@ -60,198 +35,6 @@ BIOS_SCHEMA = {
         "turbo": {"enum": _ENABLED},
         "profile": {"enum": ["performance", "balanced", "efficiency", "os-controlled", "hpc",
                              "low-latency", "dense", "custom"]}}}
-
-
-def _deep(target: Target) -> bool:
-    return bool(target.want.get("deep_cstates"))
-
-
-def state_names(target: Target) -> list[str]:
-    """Idle states to allow: the profile's names, else the deepest state the CPUs expose."""
-    names = target.want.get("deep_cstate_names") or []
-    if not names:
-        deepest = (target.facts.get("cpuidle") or {}).get("deepest_state")
-        names = [deepest] if deepest else []
-    return [matching(name, IDLE_STATE, "cpu.deep_cstate_names") for name in names]
-
-
-def udev_rule(names: list[str], indices: list[int]) -> bytes:
-    """A udev rule that enables the named idle states on every CPU as it appears or comes online.
-
-    One line per state index and name, matched by the state's name (never by index alone, so
-    a CPU whose states are numbered differently still gets the right one); no shell, no
-    program: udev writes the attribute itself.
-    """
-    lines = ["# Managed by exemplar-tune (layer cpu, knob deep_cstates); put back by "
-             "exemplar-tune restore.",
-             f"# Enables the idle states {', '.join(names)} by name on every CPU, at boot and "
-             "whenever a CPU is added or brought online."]
-    for index in indices:
-        for name in names:
-            lines.append(f'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
-                         f'ATTR{{cpuidle/state{index}/name}}=="{name}", '
-                         f'ATTR{{cpuidle/state{index}/disable}}="0"')
-    return ("\n".join(lines) + "\n").encode()
-
-
-def plan_deep_cstates(root: Sysroot, target: Target) -> list[Change]:
-    """``disable=0`` on every matching idle state now, and a udev rule where the driver
-    turns the state off at boot (``default_status`` disabled)."""
-    if not _deep(target):
-        return []
-    names = state_names(target)
-    if not names:
-        return []
-    changes: list[Change] = []
-    indices: set[int] = set()
-    for directory in root.glob(IDLE_DIRS):
-        indices.add(int(directory.rsplit("state", 1)[1]))
-        if root.read_optional(f"{directory}/name") in names and \
-                root.exists(f"{directory}/disable"):
-            changes.append(AttrChange(f"{directory}/disable", "0"))
-    states = (target.facts.get("cpuidle") or {}).get("states") or []
-    if any(s.get("name") in names and s.get("default_status") == "disabled" for s in states):
-        path = clean_path(target.settings["cpu_cstates_udev_rule_path"],
-                          "cpu_cstates_udev_rule_path")
-        changes.append(FileChange(path, udev_rule(names, sorted(indices))))
-    return changes
-
-
-def plan_cstate_cmdline(root: Sysroot, target: Target) -> list[Change]:
-    """Remove the C-state limits from the kernel command line (next boot)."""
-    if not _deep(target):
-        return []
-    remove = [matching(n, WORD, "cpu_cstate_cmdline_remove")
-              for n in target.settings["cpu_cstate_cmdline_remove"]]
-    return plan_cmdline(root, clean_path(target.settings["cpu_grub_defaults_path"],
-                                         "cpu_grub_defaults_path"),
-                        remove, {}, target.settings["exemplar_bootloader_command"])
-
-
-def plan_tuned_profile(root: Sysroot, target: Target) -> list[Change]:
-    """A child of tuned's active profile without ``force_latency``, made the active one."""
-    tuned = target.facts.get("tuned") or {}
-    latency = tuned.get("force_latency")
-    if not _deep(target) or latency is None or str(latency).lower() == "none":
-        return []
-    active = [matching(n, FILE_NAME, "tuned active profile")
-              for n in tuned.get("active_profiles") or []]
-    if not active:
-        return []
-    suffix = matching(target.settings["cpu_tuned_child_suffix"], WORD, "cpu_tuned_child_suffix")
-    child = "-".join(active) + suffix
-    conf = ("# Managed by exemplar-tune (layer cpu, knob tuned_profile); put back by "
-            "exemplar-tune restore.\n[main]\n"
-            f"summary={', '.join(active)} without force_latency (deep C-states allowed)\n"
-            f"include={','.join(active)}\n\n[cpu]\nforce_latency=none\n")
-    return [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode()),
-            *plan_switch(root, [child])]
-
-
-def plan_turbo(root: Sysroot, target: Target) -> list[Change]:
-    """Turbo on or off: intel_pstate ``no_turbo``, else cpufreq ``boost`` (runtime)."""
-    turbo = target.want.get("turbo")
-    if turbo is None:
-        return []
-    control = ((target.facts.get("cpufreq") or {}).get("turbo") or {}).get("control") or ""
-    if control.endswith("/no_turbo"):
-        paths, value = ["sys/devices/system/cpu/intel_pstate/no_turbo"], "0" if turbo else "1"
-    else:
-        paths = ["sys/devices/system/cpu/cpufreq/boost"] + [
-            f"{policy}/boost" for policy in root.glob(POLICIES)]
-        value = "1" if turbo else "0"
-    return [AttrChange(path, value) for path in paths if root.exists(path)]
-
-
-def online_cpus(facts: dict[str, Any]) -> list[int]:
-    """Online CPUs: the root cpuset, else the NUMA nodes' CPUs."""
-    effective = ((facts.get("cgroup") or {}).get("root") or {}).get("effective")
-    if not effective:
-        nodes = (facts.get("numa") or {}).get("nodes") or []
-        effective = ",".join(n["cpulist"] for n in nodes if n.get("cpulist"))
-    return parse_cpulist(effective or "", "online CPUs")
-
-
-def units_with_jobs(units: list[str], facts: dict[str, Any]) -> list[str]:
-    """Housekeeping units below which Slurm job cgroups live."""
-    tops = {str(job.get("path", "")).removeprefix("/sys/fs/cgroup/").split("/", 1)[0]
-            for job in facts.get("slurm_jobs") or []}
-    return [unit for unit in units if unit in tops]
-
-
-def sysroot_effects(root: Sysroot, units: list[str], cpus: str) -> list[Change]:
-    """In a sysroot, what the kernel and systemd then report: each unit's effective cpuset
-    and the captured ``systemctl show`` (on a live host they follow by themselves)."""
-    changes: list[Change] = [AttrChange(f"sys/fs/cgroup/{u}/cpuset.cpus.effective", cpus)
-                             for u in units
-                             if root.exists(f"sys/fs/cgroup/{u}/cpuset.cpus.effective")]
-    text = root.read_optional(SYSTEMCTL_SHOW)
-    if text is None:
-        return changes
-    blocks = []
-    for block in (text + "\n").split("\n\n"):
-        if not block.strip():
-            continue
-        if f"Id={block.split('Id=', 1)[-1].splitlines()[0]}" in (f"Id={u}" for u in units):
-            block = re.sub(r"(?m)^(AllowedCPUs|EffectiveCPUs)=.*$",
-                           lambda m: f"{m.group(1)}={cpus.replace(',', ' ')}", block)
-        blocks.append(block.strip("\n"))
-    return changes + [FileChange(SYSTEMCTL_SHOW, ("\n\n".join(blocks) + "\n").encode(),
-                                 root.file_mode(SYSTEMCTL_SHOW) or 0o644)]
-
-
-def allowed_cpus_dropin(unit: str, cpus: str) -> bytes:
-    """The drop-in ``systemctl set-property UNIT AllowedCPUs=...`` writes."""
-    section = "Scope" if unit.endswith(".scope") else "Slice"
-    return ("# This is a drop-in unit file extension, created via \"systemctl set-property\"\n"
-            "# or an equivalent operation. Do not edit.\n"
-            f"[{section}]\nAllowedCPUs=\nAllowedCPUs={cpus.replace(',', ' ')}\n").encode()
-
-
-def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
-    """Confine the housekeeping units to their CPUs (now and at boot); ban the rest in
-    irqbalance. Refuses units that hold Slurm job cgroups unless allowed."""
-    cpus = target.want.get("housekeeping_cpus")
-    if not target.want.get("housekeeping_confined") or cpus in (None, ""):
-        return []
-    try:
-        house = parse_cpulist(str(cpus), "cpu.housekeeping_cpus")
-    except HostStateError as exc:
-        raise KnobInputError("cpu.housekeeping_cpus", exc.reason) from None
-    listed = format_cpulist(house)
-    units = [matching(u, SYSTEMD_UNIT, "cpu_housekeeping_units")
-             for u in target.settings["cpu_housekeeping_units"]]
-    busy = units_with_jobs(units, target.facts)
-    if busy and not target.settings["cpu_housekeeping_allow_job_units"]:
-        raise KnobInputError(", ".join(busy), "hold Slurm job cgroups: confining them would "
-                             "squeeze the running jobs onto the housekeeping CPUs. Move the job "
-                             "cgroups out of the unit, or set cpu_housekeeping_allow_job_units="
-                             "true to confine anyway. Nothing was changed")
-    changes: list[Change] = [AttrChange(f"sys/fs/cgroup/{u}/cpuset.cpus", listed) for u in units
-                             if root.exists(f"sys/fs/cgroup/{u}/cpuset.cpus")]
-    changes += [FileChange(f"/etc/systemd/system.control/{u}.d/50-AllowedCPUs.conf",
-                           allowed_cpus_dropin(u, listed)) for u in units]
-    if not root.live:
-        changes += sysroot_effects(root, units, listed)
-    rest = sorted(set(online_cpus(target.facts)) - set(house))
-    if rest:
-        path = clean_path(target.settings["cpu_irqbalance_path"], "cpu_irqbalance_path")
-        changes += plan_env_file(root, path, {"IRQBALANCE_BANNED_CPULIST": format_cpulist(rest)},
-                                 "shell")
-    return changes
-
-
-def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
-    """The BIOS C-state/turbo/profile policy, staged through the BMC for the next boot."""
-    wanted = target.want.get("bios")
-    if not wanted or target.bmc is None:
-        return []
-    from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import (
-        plan_change,  # imported here: only hosts with a BMC need the Redfish client
-    )
-    return [plan_change(target.bmc, wanted, target.settings["cpu_bios_apply_time"])]
-
-
 DEEP_CSTATES = {"deep_cstates": {
     "type": "boolean",
     "description": "the deepest idle state must be exposed and enabled on every CPU"}}
@@ -266,7 +49,7 @@ ROLE_NOTES = (
 
 KNOBS: tuple[Knob, ...] = (
     Knob("cpu", "deep_cstates", "enable the deepest idle state (or the named ones) on every "
-         "CPU now, and by a udev rule at boot", plan_deep_cstates,
+         "CPU now, and by a udev rule at boot", "plan_deep_cstates",
          {**DEEP_CSTATES, "deep_cstate_names": {
              "type": "array", "items": {"type": "string", "pattern": IDLE_STATE.pattern},
              "description": "idle states to allow, by name (default: the deepest state each "
@@ -280,7 +63,7 @@ KNOBS: tuple[Knob, ...] = (
              "every CPU now and writes a udev rule that does it again at boot and for CPUs "
              "brought online."),
     Knob("cpu", "cstate_cmdline", "remove the C-state limits from the kernel command line",
-         plan_cstate_cmdline, DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
+         "plan_cstate_cmdline", DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
          (Setting("cpu_cstate_cmdline_remove", ["intel_idle.max_cstate", "processor.max_cstate",
                                                 "idle", "intel_idle.states_off", "cpuidle.off"],
                   "Kernel parameters removed from the bootloader defaults."), GRUB_PATH,
@@ -290,7 +73,7 @@ KNOBS: tuple[Knob, ...] = (
              "effect after a reboot, which the role never does - it sets "
              "C(cpu_reboot_required) instead."),
     Knob("cpu", "tuned_profile", "switch tuned to a child profile without force_latency",
-         plan_tuned_profile, DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
+         "plan_tuned_profile", DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
          (Setting("cpu_tuned_child_suffix", "-no-force-latency",
                   "Suffix of the child profile's name (C(<active><suffix>) under "
                   "C(/etc/tuned))."),),
@@ -302,13 +85,13 @@ KNOBS: tuple[Knob, ...] = (
                {"type": "string", "pattern": WORD.pattern,
                 "description": "cpufreq governor for every policy (performance)"},
                doc="C(governor) writes the governor of every cpufreq policy (runtime)."),
-    Knob("cpu", "turbo", "turbo allowed or not", plan_turbo,
+    Knob("cpu", "turbo", "turbo allowed or not", "plan_turbo",
          {"turbo": {"type": "boolean",
                     "description": "turbo allowed (true) or forbidden (false)"}},
          {"cpu_turbo_target": "turbo"}, facts=("cpu.cpufreq",),
          doc="C(turbo) sets intel_pstate C(no_turbo), else cpufreq C(boost) (runtime)."),
     Knob("cpu", "housekeeping", "confine housekeeping units to their CPUs, ban the others in "
-         "irqbalance", plan_housekeeping,
+         "irqbalance", "plan_housekeeping",
          {"housekeeping_confined": {
              "type": "boolean",
              "description": "system.slice/user.slice/init.scope must not share CPUs with "
@@ -349,7 +132,7 @@ KNOBS: tuple[Knob, ...] = (
                            "tasks: a training job's many threads weigh as much as one shell's "
                            "build on a contended core")),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
-         plan_bios, {"bios": BIOS_SCHEMA}, {"cpu_bios_target": "bios"},
+         "plan_bios", {"bios": BIOS_SCHEMA}, {"cpu_bios_target": "bios"},
          (Setting("cpu_bios_apply_time", "OnReset",
                   "C(@Redfish.SettingsApplyTime) requested for BIOS changes where the BMC "
                   "lists it.", choices=("OnReset", "Immediate", "AtMaintenanceWindowStart",

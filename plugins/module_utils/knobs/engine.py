@@ -119,7 +119,7 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
     return {"layer": name, "changed": any(k["changed"] for k in knobs),
             "reboot_required": any(k["reboot_required"] for k in knobs), "knobs": knobs,
             "manual_actions": [action for knob, target, _c in planned if knob.advice
-                               for action in knob.advice(target)]}
+                               for action in knob.resolve(knob.advice)(target)]}
 
 
 def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: dict,
@@ -129,7 +129,7 @@ def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: d
         if knob.after is None or not results[knob.name]["changed"]:
             continue
         try:
-            knob.after(root, target, changes)
+            knob.resolve(knob.after)(root, target, changes)
         except HostStateError as exc:
             entries = [e for r in results.values() for e in r["entries"]]
             restore_entries(root, journal, entries, check_mode=False, connect=connect)

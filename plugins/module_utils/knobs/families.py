@@ -22,26 +22,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
-    AttrChange,
-    Change,
-    FileChange,
-    Regenerate,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import CMDLINE, read_cmdline
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import (
-    line_key,
-    line_value,
-    plan_env_file,
-)
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
     ParseError,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
     CheckSpec,
@@ -59,6 +45,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     one_line,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+if TYPE_CHECKING:  # planning needs these; reading a knob's state (every facts run) does not
+    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
 
 SYSCTL_FILE = "/etc/sysctl.d/90-exemplar-tune.conf"
 WHOLE = re.compile(r"^-?[0-9]{1,19}$")
@@ -104,21 +93,16 @@ def _want(state: Any, target: Target) -> str | None:
                                                    f"{state.layer}.{state.fact}")
 
 
-def _service_step(unit: str, action: str, root: Sysroot) -> Regenerate:
+def _service_step(unit: str, action: str, root: Sysroot) -> Change:
     """``systemctl ACTION UNIT`` as a journaled step after the files it depends on (run on a
     live host, recorded in a sysroot); restore runs it again once the files are back."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Regenerate
     return Regenerate(f"systemctl {action} {unit}", ("systemctl", action, unit), run=root.live)
 
 
-@dataclass(frozen=True)
 class Sysctl(State):
-    """A kernel parameter: ``/proc/sys`` now, and its line in the layer's ``sysctl.d`` file
-    (edited line by line, so several knobs share the file)."""
-
-    layer: str
-    fact: str
-    label: str  # kernel.numa_balancing
-    schema: dict[str, Any]
+    """A kernel parameter (``label``: ``kernel.numa_balancing``): ``/proc/sys`` now, and its
+    line in the layer's ``sysctl.d`` file (edited line by line, so several knobs share it)."""
 
     @property
     def proc(self) -> str:
@@ -142,20 +126,17 @@ class Sysctl(State):
         value = _want(self, target)
         if value is None:
             return []
+        from ansible_collections.exemplar.tune.plugins.module_utils.changes import AttrChange
+        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
         path = clean_path(target.settings[f"{self.layer}_sysctl_path"],
                           f"{self.layer}_sysctl_path")
         now: list[Change] = [AttrChange(self.proc, value)] if root.exists(self.proc) else []
         return now + plan_env_file(root, path, {self.label: value}, "sysctl")
 
 
-@dataclass(frozen=True)
 class SysfsAttr(State):
-    """One attribute over a glob of devices or CPUs, written in place (runtime)."""
-
-    layer: str
-    fact: str
-    label: str  # the glob, relative to the root
-    schema: dict[str, Any]
+    """One attribute over a glob of devices or CPUs (``label``, relative to the root), written
+    in place (runtime)."""
 
     @property
     def fix(self) -> str:  # noqa: D102
@@ -175,35 +156,36 @@ class SysfsAttr(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The value on every attribute the glob finds."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.changes import AttrChange
         value = _want(self, target)
         if value is None:
             return []
         return [AttrChange(path, value) for path in root.glob(self.label) if root.exists(path)]
 
 
-@dataclass(frozen=True)
 class KernelArg(State):
-    """A kernel command-line argument, in the bootloader defaults (next boot).
+    """A kernel command-line argument (``label``), in the bootloader defaults file ``grub``
+    (next boot).
 
     A boolean key adds the bare argument (true) or removes it (false); another value is
     written as ``arg=value``. The fact is what the running kernel got: its value, ``True`` for
     a bare argument, ``False`` when absent.
     """
 
-    layer: str
-    fact: str
-    label: str  # the argument's name
-    schema: dict[str, Any]
-    grub: Setting
+    def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
+                 grub: Setting) -> None:
+        super().__init__(layer, fact, label, schema)
+        self.grub = grub
 
     @property
     def fix(self) -> str:  # noqa: D102
         return f"set {self.label} on the kernel command line (bootloader defaults), then reboot"
 
     def source(self, root: Sysroot) -> str:  # noqa: D102
-        return root.display(CMDLINE)
+        return root.display("proc/cmdline")
 
     def read(self, root: Sysroot) -> Any:  # noqa: D102
+        from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import read_cmdline
         try:
             params = read_cmdline(root)
         except NotSupported:
@@ -219,6 +201,7 @@ class KernelArg(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The argument set (or removed) in the defaults file, and the bootloader rebuilt."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
         value = _want(self, target)
         if value is None:
             return []
@@ -229,18 +212,15 @@ class KernelArg(State):
         return plan_cmdline(root, path, remove, add, target.settings[BOOTLOADER.name])
 
 
-@dataclass(frozen=True)
 class FileKey(State):
-    """One key of a ``KEY=VALUE`` configuration file (``envfile`` syntaxes), edited line by
-    line; with ``service``, that service is reloaded or restarted (if running) afterwards."""
+    """One key (``label``) of a ``KEY=VALUE`` configuration file (``envfile`` syntaxes),
+    edited line by line; with ``service``, that service is reloaded or restarted (if running)
+    afterwards."""
 
-    layer: str
-    fact: str
-    label: str  # the key
-    schema: dict[str, Any]
-    path: Setting
-    syntax: str
-    service: str | None = None
+    def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
+                 path: Setting, syntax: str, service: str | None = None) -> None:
+        super().__init__(layer, fact, label, schema)
+        self.path, self.syntax, self.service = path, syntax, service
 
     @property
     def fix(self) -> str:  # noqa: D102
@@ -253,6 +233,10 @@ class FileKey(State):
 
     def read(self, root: Sysroot) -> str:
         """The key's effective value in the default file; ``""`` when it is not set."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import (
+            line_key,
+            line_value,
+        )
         text = root.read_optional(self.path.default) or ""
         found = [line for line in text.splitlines() if line_key(line, self.syntax) == self.label]
         if not found:
@@ -264,6 +248,7 @@ class FileKey(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The key's line, then the service step."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
         value = _want(self, target)
         if value is None:
             return []
@@ -274,19 +259,15 @@ class FileKey(State):
         return changes
 
 
-@dataclass(frozen=True)
 class DropIn(State):
-    """A property of a systemd unit, in a drop-in of its own, made effective with
-    ``systemctl daemon-reload`` (and a restart of the unit, if running, with ``restart``)."""
+    """A property ``prop`` of ``[section]`` of a systemd ``unit``, in a drop-in of its own,
+    made effective with ``systemctl daemon-reload`` (and a restart of the unit, if running,
+    with ``restart``)."""
 
-    layer: str
-    fact: str
-    label: str  # Unit.service: Property
-    schema: dict[str, Any]
-    unit: str
-    section: str
-    prop: str
-    restart: bool = False
+    def __init__(self, layer: str, fact: str, schema: dict[str, Any], unit: str,
+                 section: str, prop: str, restart: bool = False) -> None:
+        super().__init__(layer, fact, f"{unit}: {prop}", schema)
+        self.unit, self.section, self.prop, self.restart = unit, section, prop, restart
 
     @property
     def path(self) -> str:
@@ -314,6 +295,10 @@ class DropIn(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The drop-in, ``daemon-reload`` and the optional restart."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+            FileChange,
+            Regenerate,
+        )
         value = _want(self, target)
         if value is None:
             return []
@@ -386,5 +371,5 @@ def dropin(layer: str, name: str, unit: str, section: str, prop: str, summary: s
     matching(unit, SYSTEMD_UNIT, f"{layer}.{name}: unit")
     matching(prop, PROPERTY, f"{layer}.{name}: property")
     matching(section, PROPERTY, f"{layer}.{name}: section")
-    return _declare(DropIn(layer, name, f"{unit}: {prop}", schema, unit, section, prop, restart),
+    return _declare(DropIn(layer, name, schema, unit, section, prop, restart),
                     summary, (), check, doc)
