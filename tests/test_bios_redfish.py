@@ -520,7 +520,7 @@ def test_bios_check_branches(host, bios, edits, profile, status, detail):
 
 @pytest.mark.parametrize("kind, name", [
     ("module", "bios_settings"), ("module", "bios_facts"), ("module", "bmc_reset"),
-    ("module", "restore"), ("module", "cpu_facts"), ("lookup", "bmc")])
+    ("module", "restore"), ("module", "facts"), ("lookup", "bmc")])
 def test_documented(kind, name):
     bindir = os.path.dirname(sys.executable)
     out = subprocess.run([f"{bindir}/ansible-doc", "-t", kind, f"exemplar.tune.{name}"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.collection import link_collection
 from tests.conftest import REPO, SYSROOTS
 from tests.helpers import FIXTURE_HOSTS
 
@@ -49,9 +51,21 @@ def test_facts_module_on_fixture_sysroot(host):
 
 
 @pytest.mark.parametrize("layer", [name for name in LAYER_NAMES if name != "workload"])
-def test_per_layer_module_returns_only_its_layer(layer):
-    outcome = _run(f"exemplar.tune.{layer}_facts", {"sysroot": str(SYSROOTS / "h100-x86")})
+def test_one_layer_is_the_layers_option_with_one_name(layer):
+    outcome = _run("exemplar.tune.facts", {"layers": [layer],
+                                           "sysroot": str(SYSROOTS / "h100-x86")})
     assert list(_facts(outcome)) == [layer]
+
+
+@pytest.mark.parametrize(("module", "instead"), [("cpu_facts", "exemplar.tune.facts with layers"),
+                                                 ("kernel_attr", "use exemplar.tune.layer")])
+def test_removed_modules_say_what_replaces_them(tmp_path, module, instead):
+    """meta/runtime.yml tombstones: a playbook still naming one fails, saying what to use."""
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(link_collection(tmp_path))}
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost",
+                          "-c", "local", "-m", f"exemplar.tune.{module}"],
+                         capture_output=True, text=True, check=False, env=env, cwd=tmp_path)
+    assert out.returncode != 0 and "has been removed" in out.stdout and instead in out.stdout
 
 
 def test_layers_option_keeps_preflight_order():
@@ -79,10 +93,14 @@ def test_live_localhost_facts_have_every_layer():
     assert list(facts) == list(LAYER_NAMES)
 
 
-def test_modules_are_documented():
+@pytest.mark.parametrize("module", sorted(p.stem for p in (REPO / "plugins/modules").glob("*.py")))
+def test_every_module_is_documented_with_its_attributes(module):
     bindir = os.path.dirname(sys.executable)
-    for layer in ("facts", *(f"{name}_facts" for name in LAYER_NAMES if name != "workload")):
-        out = subprocess.run([f"{bindir}/ansible-doc", "-t", "module", f"exemplar.tune.{layer}"],
-                             capture_output=True, text=True, check=False, cwd=REPO)
-        assert out.returncode == 0, out.stderr
-        assert "sysroot" in out.stdout
+    out = subprocess.run([f"{bindir}/ansible-doc", "-j", "-t", "module", f"exemplar.tune.{module}"],
+                         capture_output=True, text=True, check=False, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)[f"exemplar.tune.{module}"]["doc"]
+    attributes = doc["attributes"]
+    assert attributes["check_mode"]["support"] == "full"
+    assert attributes["diff_mode"]["support"] in ("full", "none")
+    assert attributes["platform"]["platforms"] == "posix"

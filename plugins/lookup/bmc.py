@@ -21,7 +21,8 @@ notes:
 
 EXAMPLES = r"""
 - name: Read the cpu layer, BIOS settings included
-  exemplar.tune.cpu_facts:
+  exemplar.tune.facts:
+    layers: [cpu]
     bmc: "{{ lookup('exemplar.tune.bmc') }}"
 """
 

@@ -1,4 +1,4 @@
-"""The body shared by the facts modules: argument handling, gathering, result shape."""
+"""The body of the facts module: argument handling, gathering, result shape."""
 
 from __future__ import annotations
 
@@ -9,23 +9,19 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTIO
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     LAYER_NAMES,
     gather_facts,
-    get_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 SYSROOT_OPTION = {"type": "path", "default": "/"}
 
 
-def run_facts_module(fixed_layers: list[str] | None = None) -> None:
-    """Run a facts module: ``facts`` (``layers`` option) or one layer's (``fixed_layers``)."""
-    spec: dict = {"sysroot": dict(SYSROOT_OPTION)}
-    if fixed_layers is None or any("bmc" in get_layer(n).options for n in fixed_layers):
-        spec["bmc"] = dict(BMC_OPTION)
-    if fixed_layers is None:
-        spec["layers"] = {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
-                          "choices": list(LAYER_NAMES)}
+def run_facts_module() -> None:
+    """Run ``exemplar.tune.facts``: the layers named by its ``layers`` option, one key each."""
+    spec = {"sysroot": dict(SYSROOT_OPTION), "bmc": dict(BMC_OPTION),
+            "layers": {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
+                       "choices": list(LAYER_NAMES)}}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    names = fixed_layers or module.params["layers"]
+    names = module.params["layers"]
     sysroot = module.params["sysroot"]
     if sysroot != "/" and not os.path.isdir(sysroot):
         module.fail_json(msg=f"sysroot {sysroot} is not a directory")

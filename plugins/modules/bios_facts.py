@@ -11,7 +11,7 @@ description:
     C(@Redfish.Settings) object (pending values) from the host's BMC and returns them in
     normalised terms through the vendor attribute map (Dell iDRAC, HPE iLO, Lenovo XCC,
     Supermicro); another vendor gives C(vendor=unknown) and the raw attributes.
-  - The same data is the C(bios) key of M(exemplar.tune.cpu_facts).
+  - The same data is the C(bios) key of the cpu layer of M(exemplar.tune.facts).
   - Without C(bmc), reads C(<sysroot>/.exemplar/commands/redfish-bios.json) inside a sysroot,
     else returns C(present=false).
   - Read-only; the Redfish requests are made from where the module runs.
@@ -24,6 +24,7 @@ options:
     type: path
     default: /
 extends_documentation_fragment:
+  - exemplar.tune.attributes.reads
   - exemplar.tune.bmc
 notes:
   - Supports check mode (it changes nothing in either mode).

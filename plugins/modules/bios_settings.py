@@ -55,6 +55,7 @@ options:
     default: OnReset
     choices: [OnReset, Immediate, AtMaintenanceWindowStart, InMaintenanceWindowOnReset]
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.knob
   - exemplar.tune.bmc
 notes:

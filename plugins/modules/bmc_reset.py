@@ -20,6 +20,16 @@ options:
     type: str
     default: auto
     choices: [auto, GracefulRestart, ForceRestart, PowerCycle, On]
+attributes:
+  check_mode:
+    description: Reads the power state and the reset types and says which it would use.
+    support: full
+  diff_mode:
+    description: A restart has no before and after to show.
+    support: none
+  platform:
+    description: Runs where the BMC is reachable (the controller or the host); any POSIX system.
+    platforms: posix
 extends_documentation_fragment:
   - exemplar.tune.bmc
 notes:

@@ -10,8 +10,8 @@ description:
   - Reads the host state that matters for AI-training throughput, layer by layer (GPU health,
     Grace/VM readiness, CPU power and placement, runtime topology, fabric), in one call, like
     C(ansible.builtin.setup) with C(gather_subset).
-  - The per-layer modules (M(exemplar.tune.gpu_facts), M(exemplar.tune.cpu_facts) ...) return
-    the same data for one layer.
+  - "One layer alone is C(layers) with one name (C(layers: [cpu])); the per-layer facts
+    modules of earlier versions are gone."
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
@@ -22,6 +22,7 @@ options:
     choices: [gpu, vm, cpu, runtime, fabric, workload]
     default: [gpu, vm, cpu, runtime, fabric, workload]
 extends_documentation_fragment:
+  - exemplar.tune.attributes.reads
   - exemplar.tune.facts
   - exemplar.tune.bmc
 """

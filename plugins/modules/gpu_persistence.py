@@ -37,6 +37,7 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.knob
 notes:
   - Needs root on a live host (nvidia-smi -pm); the failure is reported in one line and

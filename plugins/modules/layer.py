@@ -58,6 +58,7 @@ options:
     type: path
     default: /
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.bmc
 notes:
   - Supports check mode (plans and diffs every knob, writes nothing, journal included) and

@@ -30,6 +30,7 @@ options:
     type: str
     default: "0644"
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.knob
 """
 

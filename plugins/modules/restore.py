@@ -35,6 +35,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.bmc
 notes:
   - Supports check mode and diff mode.

@@ -23,6 +23,7 @@ options:
     type: str
     required: true
 extends_documentation_fragment:
+  - exemplar.tune.attributes.changes
   - exemplar.tune.knob
 """
 
