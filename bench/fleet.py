@@ -19,8 +19,10 @@ exists, otherwise hard-linked copies of the fixture trees ``h100-x86`` and ``hea
 (against ``PROFILE``; both commands only read, so nothing is written through the links).
 
 ``--mitogen`` adds every measurement again under the ``mitogen_linear`` strategy (only when
-the ``mitogen`` package is importable; it is not a dependency). Every command must reach every
-host: the benchmark stops with the command's output otherwise.
+the ``mitogen`` package is importable; it is not a dependency); ``--no-bytecode-cache`` adds
+it again with the modules' bytecode cache off (``EXEMPLAR_TUNE_BYTECODE_CACHE=off``: every
+host compiles the collection's code on every run, as without the cache). Every command must
+reach every host: the benchmark stops with the command's output otherwise.
 
     python bench/fleet.py                                  # local 16, 64, 256; SSH 4, 16
     python bench/fleet.py --hosts 16 --ssh-hosts 4
@@ -243,6 +245,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--forks", type=int, default=8)
     parser.add_argument("--mitogen", action="store_true",
                         help="also measure with the mitogen_linear strategy")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="also measure with the modules' bytecode cache off")
     return parser.parse_args()
 
 
@@ -255,6 +259,8 @@ def main() -> None:
         if extra is None:
             raise SystemExit("--mitogen: the mitogen package is not importable here")
         variants["mitogen"] = extra
+    if args.no_bytecode_cache:
+        variants["no-cache"] = {"EXEMPLAR_TUNE_BYTECODE_CACHE": "off"}
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         directory = Path(tmp)
         env = environment(directory)
