@@ -54,7 +54,7 @@ from exemplar_tune.ledger import default_path as default_ledger_path
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.preflight_report import html_report, markdown, table, use_colour
 from exemplar_tune.probe import probe_container
-from exemplar_tune.profile import AUTO, load_profile, profile_for_arches, shipped_profiles
+from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts, shipped_profiles
 from exemplar_tune.progress import set_quiet
 from exemplar_tune.prometheus import preflight_text, write_atomically
 from exemplar_tune.remediate import cmd_abandon, cmd_apply, cmd_audit, cmd_restore
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_history(sub)
     _add_diagnose(sub)
     _add_snapshot(sub)
-    add_sim_parsers(sub)
+    add_sim_parsers(sub, build_parser)  # the demo drives the real commands
     add_slurm(sub)
     _add_quiet(sub)
     return parser
@@ -559,9 +559,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def _profile_name(requested: str, hosts: dict) -> str:
-    if requested != AUTO:
-        return requested
-    return profile_for_arches({(facts.get("vm") or {}).get("arch") for facts in hosts.values()})
+    return profile_for_hosts(requested, hosts.values())
 
 
 def _read_results(path: Path) -> dict:

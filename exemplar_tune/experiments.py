@@ -17,16 +17,16 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.hostlist import compress
 from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
-from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
-from exemplar_tune.remediate import (
-    _runner,
+from exemplar_tune.playbook_runs import (
     claim_hosts,
     end_leftovers,
     ledger_target,
     recorded,
     run_playbook,
+    runner,
 )
+from exemplar_tune.preflight import preflight_hosts
+from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts
 from exemplar_tune.run_report import html_page, markdown
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
@@ -84,9 +84,8 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
         raise UserError(f"--min-effect {args.min_effect}: a fraction from 0 to below 1, e.g. "
                         "0.01 for 1 %")
     if args.profile == AUTO:
-        hosts, _missing = collect_facts(args.sysroot, _runner(args), ["vm"])
-        args.profile = profile_for_arches({(f.get("vm") or {}).get("arch")
-                                           for f in hosts.values()})
+        hosts, _missing = collect_facts(args.sysroot, runner(args), ["vm"])
+        args.profile = profile_for_hosts(AUTO, hosts.values())
     profile = load_profile(args.profile)
     specs = load_benchmarks(args.bench)
     if getattr(args, "dry_run", False):
@@ -98,7 +97,7 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
                "min_runs": args.min_runs, "max_runs": args.max_runs,
                "allow_reboot": args.allow_reboot, "canary": args.canary,
                "forks": args.forks, "timeout": args.timeout}
-    with claim_hosts(_runner(args), kind), graceful_stop(), Ledger(args.ledger) as ledger:
+    with claim_hosts(runner(args), kind), graceful_stop(), Ledger(args.ledger) as ledger:
         experiment = ledger.start_experiment(kind, profile["name"], target, options)
         print(f"experiment {experiment}")
         with recorded(ledger, experiment), reaper.tagged(experiment):
@@ -109,7 +108,7 @@ def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> in
 
 def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list[dict]:
     """The failing and warning checks before any change: ``[{id, status, count, total}]``."""
-    hosts, missing = collect_facts(args.sysroot, _runner(args), None)
+    hosts, missing = collect_facts(args.sysroot, runner(args), None)
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for group in preflight_hosts(hosts, profile, None, False, missing)["groups"]:
         entry = merged.setdefault((group["id"], group["status"]), {
@@ -131,7 +130,7 @@ def _walk(ledger: Ledger, experiment: str, args: argparse.Namespace, profile: di
                           confidence=args.confidence,
                           max_runs=args.max_runs, allow_reboot=args.allow_reboot,
                           canary=args.canary, log_dir=state_dir() / "logs" / experiment)
-    loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, options)
+    loop = LayerLoop(runner(args), profile, specs, ledger, experiment, options)
     positions = {layer["layer"]: layer["position"]
                  for layer in ledger.show(experiment)["layers"]}
     outcomes = []
@@ -237,7 +236,7 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
              layers: list[str]) -> int:
     """Print the plan: per layer the knobs that would change where; the benchmarks."""
     print(f"plan (dry run, nothing changes): profile {profile['name']}")
-    result = run_playbook(_runner(args, check=True), "audit", {  # every layer in one run
+    result = run_playbook(runner(args, check=True), "audit", {  # every layer in one run
         "exemplar_profile": profile, "exemplar_audit_layers": layers})
     changing = 0
     for layer in layers:
@@ -294,7 +293,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         profile, specs = load_profile(options["profile"]), load_benchmarks(args.bench)
         done = {layer["layer"] for layer in doc["layers"] if layer["status"] in LAYER_DONE}
         seen = {layer["layer"] for layer in doc["layers"]}
-        with claim_hosts(_runner(args), "resume"), graceful_stop():
+        with claim_hosts(runner(args), "resume"), graceful_stop():
             end_leftovers(ledger, experiment)
             ledger.resume_experiment(experiment)
             print(f"experiment {experiment} resumed")

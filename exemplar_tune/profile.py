@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,12 @@ AUTO = "auto"
 PROFILE_BY_ARCH = {"aarch64": "gb200-grace", "*": "h100-x86"}
 
 
-def profile_for_arches(arches: set[str | None]) -> str:
-    """The shipped profile ``auto`` means for hosts of these architectures."""
+def profile_for_hosts(requested: str, facts: Iterable[dict[str, Any]]) -> str:
+    """The profile to use for hosts with these facts: ``requested`` itself, or for ``auto``
+    the shipped profile of their architecture (the one place ``auto`` is resolved)."""
+    if requested != AUTO:
+        return requested
+    arches = {(host.get("vm") or {}).get("arch") for host in facts}
     return PROFILE_BY_ARCH["aarch64"] if "aarch64" in arches else PROFILE_BY_ARCH["*"]
 
 

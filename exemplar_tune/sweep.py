@@ -41,9 +41,9 @@ from exemplar_tune.experiments import (
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
+from exemplar_tune.playbook_runs import claim_hosts, ledger_target, recorded, runner
+from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts
 from exemplar_tune.progress import say
-from exemplar_tune.remediate import _runner, claim_hosts, ledger_target, recorded
 from exemplar_tune.runs import state_dir
 from exemplar_tune.selection import ArmSelection, Selection, run_score
 from exemplar_tune.signals import Interrupted, StoppedAtOnce, graceful_stop
@@ -94,13 +94,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sizes = sizes_from_log(read_input(args.sizes_from, "--sizes-from"), str(args.sizes_from))
         shapes, notes = with_sizes(shapes, sizes)
     validate = load_benchmarks(args.validate) if args.validate else []
-    hosts_facts, missing = collect_facts(args.sysroot, _runner(args), ["vm", "fabric"])
+    hosts_facts, missing = collect_facts(args.sysroot, runner(args), ["vm", "fabric"])
     if missing:
         raise UserError("hosts unreachable while reading their fabric: "
                         + ", ".join(f"{h} ({why})" for h, why in sorted(missing.items())))
     if profile is None:
-        args.profile = profile_for_arches({(f.get("vm") or {}).get("arch")
-                                           for f in hosts_facts.values()})
+        args.profile = profile_for_hosts(AUTO, hosts_facts.values())
         profile = load_profile(args.profile)
     current = current_values(hosts_facts, names)
     identity = _one_identity(hosts_facts)
@@ -110,7 +109,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         f"({arm_label(plan[0].incumbent)}): nothing to sweep")
     if args.dry_run:
         return _dry_run(args, knobs, plan, shapes, notes, identity)
-    with claim_hosts(_runner(args), "sweep"), graceful_stop(), Ledger(args.ledger) as ledger:
+    with claim_hosts(runner(args), "sweep"), graceful_stop(), Ledger(args.ledger) as ledger:
         options = {"bench": str(Path(args.bench).resolve()), "knobs": args.knob,
                    "grid": args.grid, "confidence": args.confidence,
                    "min_rounds": args.min_rounds, "max_rounds": args.max_rounds,
@@ -150,7 +149,7 @@ class Sweep:
         self.options = LoopOptions(confidence=args.confidence, canary=args.canary,
                                    log_dir=state_dir() / "logs" / experiment,
                                    progress=say)
-        self.loop = LayerLoop(_runner(args), profile, shapes, ledger, experiment, self.options)
+        self.loop = LayerLoop(runner(args), profile, shapes, ledger, experiment, self.options)
         self.scope: Scope | None = None
         self.original: Settings = {}
         self.on_hosts: Settings | None = None  # None: as the journal found them
@@ -334,7 +333,7 @@ def _validate(args: argparse.Namespace, sweep: Sweep, chosen: Settings,
                                log_dir=state_dir() / "logs" / experiment,
                                progress=say)
     with recorded(ledger, experiment):
-        loop = LayerLoop(_runner(args), profile, specs, ledger, experiment, loop_options)
+        loop = LayerLoop(runner(args), profile, specs, ledger, experiment, loop_options)
         outcome = loop.layer(LAYER, POSITION)
         summary = {}
         if outcome.action in ("keep", "restore"):

@@ -36,8 +36,8 @@ from exemplar_tune.checks.run import run_checks
 from exemplar_tune.errors import crash_report
 from exemplar_tune.facts import facts_from_hosts
 from exemplar_tune.ledger import Ledger
+from exemplar_tune.playbook_runs import changed_hosts, host_records, run_playbook
 from exemplar_tune.progress import say
-from exemplar_tune.remediate import changed_hosts, host_records, run_playbook
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 from exemplar_tune.slurm.jobs import SUBMITTED
 from exemplar_tune.stats import (

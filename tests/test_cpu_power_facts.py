@@ -20,6 +20,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils import (
     layer_cpu_power,
     pmqos,
     tuned,
+    values,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     NotSupported,
@@ -80,9 +81,9 @@ def pepc_sysroot(sample: str, dest: Path) -> Path:
 def test_parse_int(text, want):
     if want is ParseError:
         with pytest.raises(ParseError):
-            cpuidle.parse_int(text, "/sys/x")
+            values.parse_int(text, "/sys/x")
     else:
-        assert cpuidle.parse_int(text) == want
+        assert values.parse_int(text) == want
 
 
 @pytest.mark.parametrize(("text", "want"), [
@@ -92,9 +93,9 @@ def test_parse_int(text, want):
 def test_parse_flag(text, want):
     if want is ParseError:
         with pytest.raises(ParseError):
-            cpuidle.parse_flag(text)
+            values.parse_flag(text)
     else:
-        assert cpuidle.parse_flag(text) is want
+        assert values.parse_flag(text) is want
 
 
 @pytest.mark.parametrize(("data", "want"), [

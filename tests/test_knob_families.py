@@ -189,10 +189,10 @@ def test_a_host_value_of_the_wrong_type_is_a_fact_error_and_the_check_says_why(h
     facts = {"cpu": get_layer("cpu").gather(Sysroot(str(host)))}
     assert facts["cpu"]["sched_autogroup"] is None
     assert {"fact": "sched_autogroup", "path": "/proc/sys/kernel/sched_autogroup_enabled",
-            "error": "not a whole number: 'on'"} in facts["cpu"]["errors"]
+            "error": "not an integer: 'on'"} in facts["cpu"]["errors"]
     found = {r.id: r for r in run_checks(facts, {"cpu": BOTH}, ["cpu"])}
     assert found["cpu.sched-autogroup"].detail == \
-        "kernel.sched_autogroup_enabled unknown: not a whole number: 'on'"
+        "kernel.sched_autogroup_enabled unknown: not an integer: 'on'"
 
 
 def test_every_other_name_of_a_family_knob_derives_from_its_name():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.cgroup import HOUSEKEEPING_UNITS
 from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
     format_cpulist,
     parse_cpulist,
@@ -29,7 +30,6 @@ from exemplar_tune.checks.base import (
     source,
 )
 
-HOUSEKEEPING_UNITS = ("system.slice", "user.slice", "init.scope")
 GUEST = "guest C-states do not control the host"
 # Command-line values that are no limit: the drivers' own defaults / "off" switches.
 INTEL_IDLE_MAX_DEFAULT = 9  # CPUIDLE_STATE_MAX - 1

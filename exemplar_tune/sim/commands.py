@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -35,10 +36,11 @@ what the next benchmark run sees. The model and every parameter: DIR/scenario.ya
 """
 
 
-def add_sim_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register ``sim`` and ``demo``."""
+def add_sim_parsers(sub: argparse._SubParsersAction,
+                    build_parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """Register ``sim`` and ``demo`` (which runs the commands ``build_parser`` parses)."""
     add_sim_parser(sub)
-    add_demo_parser(sub)
+    add_demo_parser(sub, build_parser)
 
 
 def add_sim_parser(sub: argparse._SubParsersAction) -> None:

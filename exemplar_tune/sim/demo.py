@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,8 +38,9 @@ The same seed gives the same decisions. The pieces: exemplar-tune sim --help.
 """
 
 
-def add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``demo``."""
+def add_demo_parser(sub: argparse._SubParsersAction,
+                    build_parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """Register ``demo``, which runs the real commands as ``build_parser`` parses them."""
     cmd = sub.add_parser("demo", help="see it all on a simulated cluster (about 2 minutes)",
                          description="Build a simulated GPU cluster, run preflight, tune every "
                          "layer and write the report.", epilog=DEMO_EPILOG,
@@ -51,7 +52,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
                      help=f"{', '.join(shipped_scenarios())} or a scenario file")
     cmd.add_argument("--hosts", type=int, default=4, metavar="N", help="hosts (default 4)")
     cmd.add_argument("--seed", type=int, metavar="S", help="noise seed (scenario's default)")
-    cmd.set_defaults(func=cmd_demo)
+    cmd.set_defaults(func=cmd_demo, command_parser=build_parser)
 
 
 @contextmanager
@@ -79,8 +80,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(directory: Path, args: argparse.Namespace) -> int:
-    from exemplar_tune.cli import build_parser  # the demo drives the real commands
-
     start = time.monotonic()
     say(f"== creating the simulated cluster ({args.scenario}) in {directory} ...")
     try:
@@ -111,7 +110,7 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
                                     "--sizes-from", str(coll_log), "--validate",
                                     str(directory / "bench.yaml"), *ledger]),
     ]
-    parser = build_parser()
+    parser = args.command_parser()
     with _environment({"EXEMPLAR_TUNE_STATE_DIR": str(state),
                        "ANSIBLE_HOME": str(state / "ansible"),
                        "ANSIBLE_REMOTE_TMP": str(state / "ansible" / "tmp"),

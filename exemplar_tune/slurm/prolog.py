@@ -37,7 +37,7 @@ from exemplar_tune.checks.base import FAIL
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.facts import facts_from_sysroot
 from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import AUTO, load_profile, profile_for_arches
+from exemplar_tune.profile import load_profile, profile_for_hosts
 from exemplar_tune.slurm.commands import SlurmError, program, run_client
 
 REASON_PREFIX = "exemplar:"
@@ -116,9 +116,7 @@ def check_node(context: JobContext, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _profile_name(requested: str, facts: dict[str, Any]) -> str:
-    if requested != AUTO:
-        return requested
-    return profile_for_arches({(facts.get("vm") or {}).get("arch")})
+    return profile_for_hosts(requested, [facts])
 
 
 def drain_self(context: JobContext, reason: str) -> None:

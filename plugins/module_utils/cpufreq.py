@@ -16,13 +16,15 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cpuidle import (
     Problems,
     cpu_numbers,
     numbered,
-    parse_flag,
-    parse_int,
-    parse_text,
     read_value,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.values import (
+    parse_flag,
+    parse_int,
+    parse_text,
+)
 
 CPUFREQ_DIR = f"{CPU_DIR}/cpufreq"
 INTEL_PSTATE_DIR = f"{CPU_DIR}/intel_pstate"

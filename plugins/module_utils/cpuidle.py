@@ -21,6 +21,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
     ParseError,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.values import (
+    parse_flag,
+    parse_int,
+    parse_text,
+)
 
 CPU_DIR = "sys/devices/system/cpu"
 CPUIDLE_DIR = f"{CPU_DIR}/cpuidle"
@@ -48,29 +53,6 @@ class CpuidleState(NamedTuple):
     default_status: str | None
     usage: int | None
     time_us: int | None
-
-
-def parse_int(text: str, source: str = "value") -> int:
-    """``"290\\n"`` -> ``290``; anything else is a ``ParseError``."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ParseError(source, text, "not an integer") from None
-
-
-def parse_flag(text: str, source: str = "value") -> bool:
-    """A 0/1 file (``disable``, ``boost``) or a Y/N module parameter -> bool."""
-    value = text.strip()
-    if value in ("1", "Y", "y"):
-        return True
-    if value in ("0", "N", "n"):
-        return False
-    raise ParseError(source, text, "not a 0/1 or Y/N flag")
-
-
-def parse_text(text: str, source: str = "value") -> str:
-    """A one-line text file, stripped."""
-    return text.strip()
 
 
 def read_value(root: Sysroot, rel: str, parse: Callable[[str, str], Any],

@@ -19,6 +19,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.values import parse_int
 
 PCI_DEVICES = "sys/bus/pci/devices"
 NVIDIA = "0x10de"
@@ -73,14 +74,6 @@ def parse_numa_node(text: str, source: str = "numa_node") -> int | None:
     except ValueError:
         raise ParseError(source, text, "not a NUMA node number") from None
     return None if node < 0 else node
-
-
-def parse_int(text: str, source: str = "value") -> int:
-    """A decimal integer file such as ``current_link_width``."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ParseError(source, text, "not an integer") from None
 
 
 def _optional(root: Sysroot, rel: str, parser: Callable[[str, str], T]) -> T | None:

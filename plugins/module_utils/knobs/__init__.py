@@ -109,6 +109,11 @@ class State:
     def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any]) -> None:
         self.layer, self.fact, self.label, self.schema = layer, fact, label, schema
 
+    @property
+    def fix(self) -> str:
+        """The manual fix the declared check names (what the knob does, by hand)."""
+        raise NotImplementedError
+
     def source(self, root: Sysroot) -> str:
         """The file or command the fact comes from (evidence)."""
         raise NotImplementedError

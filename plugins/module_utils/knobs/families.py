@@ -24,10 +24,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
-    NotSupported,
-    ParseError,
-)
+from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
     CheckSpec,
@@ -45,6 +42,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     one_line,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.values import parse_int
 
 if TYPE_CHECKING:  # planning needs these; reading a knob's state (every facts run) does not
     from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
@@ -80,9 +78,7 @@ def host_value(text: str, schema: dict[str, Any], source: str) -> Any:
     integer, ``ParseError`` when it is none); never range-checked: what the host reports is
     data, and a value outside the profile's range simply does not match."""
     if schema["type"] in ("integer", "boolean"):
-        if not WHOLE.match(text):
-            raise ParseError(source, text, "not a whole number")
-        number = int(text)
+        number = parse_int(text, source)
         return bool(number) if schema["type"] == "boolean" else number
     return text
 
