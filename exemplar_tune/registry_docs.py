@@ -59,6 +59,9 @@ class _Dumper(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # noqa: D102
         super().increase_indent(flow, False)
 
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: D102 - every option written in full
+        return True
+
 
 def _layer_module(layer: str) -> Any:
     """``knobs/<layer>.py``, where the role's notes live beside the knobs."""
@@ -74,8 +77,7 @@ def _override_spec(layer: str, key: str, schema: dict[str, Any]) -> dict[str, An
     if "default" in schema:
         spec["default"] = schema["default"]
     text = schema["description"].rstrip(".")
-    spec["description"] = (f"{text}. Defaults to the profile's "
-                           f"C({layer}.{key}); null there skips what needs it.")
+    spec["description"] = f"{text}. Defaults to the profile's C({layer}.{key})."
     return spec
 
 

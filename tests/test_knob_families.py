@@ -17,6 +17,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
     apply_changes,
     restore_entries,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text
 from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
@@ -224,8 +225,8 @@ def test_a_file_key_is_edited_in_place_and_its_service_reloaded_as_a_journaled_s
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text('# irqbalance\nIRQBALANCE_ONESHOT=0\n')
     before = without_mtimes(state_of(root))
-    path = Setting("cpu_irqbalance_path", "/etc/default/irqbalance", "irqbalance's file.")
-    knob = file_key("cpu", "irq_hint", path, "IRQBALANCE_ARGS", "shell", "irqbalance arguments",
+    knob = file_key("cpu", "irq_hint", "/etc/default/irqbalance", "IRQBALANCE_ARGS", "shell",
+                    "irqbalance arguments",
                     {"type": "string", "pattern": "^[a-z=-]+$", "description": "arguments"},
                     service="irqbalance.service")
     changes, result = _round_trip(root, knob, "--hintpolicy=subset")
@@ -280,3 +281,50 @@ def test_family_values_that_would_change_a_file_s_syntax_are_refused_before_plan
     for bad in ("performance\nschedutil", "perf ormance", "$(reboot)"):
         with pytest.raises(KnobInputError, match="cpu.governor"):
             knob.plan(root, knob.target({"governor": bad}, {}, {}))
+
+
+def test_a_kernel_argument_replaces_every_earlier_value_so_the_next_boot_has_it(tmp_path):
+    """A value left in GRUB_CMDLINE_LINUX_DEFAULT comes later on the command line and would
+    win: it is removed there too."""
+    root = copy_sysroot("h100-x86", tmp_path)
+    grub = root / "etc/default/grub"
+    grub.write_text('GRUB_CMDLINE_LINUX_DEFAULT="quiet mitigations=off"\n'
+                    'GRUB_CMDLINE_LINUX="ro mitigations=off"\n')
+    path = Setting("cpu_grub_defaults_path", "/etc/default/grub", "grub defaults.")
+    knob = kernel_arg("cpu", "mitigations", "mitigations", "CPU mitigations",
+                      {"type": "string", "pattern": "^[a-z,]+$", "description": "mode"},
+                      grub=path)
+    _round_trip(root, knob, "auto")
+    assert grub.read_text() == ('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+                                'GRUB_CMDLINE_LINUX="ro mitigations=auto"\n')
+
+
+@pytest.mark.parametrize(("family", "value"), [
+    ("kernel_arg", "auto nosmt"), ("kernel_arg", 'a"b'), ("dropin", "5\\"),
+    ("dropin", "%H"), ("sysctl", "1 2"), ("sysctl", "1#2")])
+def test_values_that_a_family_s_file_would_read_otherwise_are_refused(tmp_path, family, value):
+    """A pattern may allow them; the family still refuses what its file gives a meaning."""
+    loose = {"type": "string", "pattern": "^.{1,20}$", "description": "any"}
+    knob = {"kernel_arg": lambda: kernel_arg(
+                "cpu", "x", "x", "x", loose,
+                grub=Setting("cpu_grub_defaults_path", "/etc/default/grub", "grub.")),
+            "dropin": lambda: dropin("cpu", "x", "irqbalance.service", "Service", "Nice", "x",
+                                     loose),
+            "sysctl": lambda: sysctl("cpu", "x", "kernel.x", "x", loose)}[family]()
+    root = Sysroot(str(copy_sysroot("h100-x86", tmp_path)))
+    with pytest.raises(KnobInputError, match="cannot carry"):
+        knob.plan(root, knob.target({"x": value}, {}, {}))
+
+
+def test_a_pattern_is_matched_whole():
+    with pytest.raises(KnobInputError, match="is not allowed"):
+        profile_value("performance extra", {"type": "string", "pattern": "^[a-z]+"}, "cpu.x")
+
+
+@pytest.mark.parametrize("line", ["kernel/numa_balancing=1", "/kernel/numa_balancing = 1",
+                                  "-kernel.numa_balancing = 1", "  kernel.numa_balancing=1"])
+def test_sysctl_d_names_one_key_in_all_its_spellings(line):
+    """sysctl.d(5): '/' for '.', a leading '/' or '-', blanks around '='; the line is edited."""
+    text = f"# keep\n{line}\n; keep too\n"
+    assert edit_text(text, {"kernel.numa_balancing": "0"}, "sysctl") == \
+        "# keep\nkernel.numa_balancing = 0\n; keep too\n"

@@ -76,6 +76,15 @@ def test_every_knob_is_declared_once_under_its_layer():
     assert get_knob("cpu.cstate_cmdline").reboot is True
 
 
+def test_every_planner_and_hook_a_knob_names_exists():
+    """Names are resolved when first used (after and advice only when a knob changed): a typo
+    must fail here, not on a host."""
+    for knob in registered_knobs().values():
+        for function in (knob.planner, knob.after, knob.advice):
+            if function is not None:
+                assert callable(knob.resolve(function)), (knob.id, function)
+
+
 def test_every_check_names_a_registered_knob():
     named = {c.knob for c in CHECKS if c.knob}
     assert named and named <= set(registered_knobs())

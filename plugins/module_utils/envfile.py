@@ -56,7 +56,7 @@ def sysctl_key(body: str) -> str | None:
     text = body.strip()
     if not text or text[0] in "#;" or "=" not in text:
         return None
-    key = text.split("=", 1)[0].strip().removeprefix("-").strip()
+    key = text.split("=", 1)[0].strip().removeprefix("-").strip().lstrip("/")
     if "/" in key.split(".", 1)[0]:  # the first separator is '/': '/' and '.' swap roles
         key = key.translate(str.maketrans("/.", "./"))
     return key or None

@@ -106,6 +106,9 @@ class State:
     it (``kernel.numa_balancing``); ``schema`` the profile key's JSON schema.
     """
 
+    forbidden = ""  # characters the family's file gives a meaning to
+    one_word = False  # True: no whitespace either
+
     def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any]) -> None:
         self.layer, self.fact, self.label, self.schema = layer, fact, label, schema
 

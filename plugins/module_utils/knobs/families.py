@@ -67,7 +67,10 @@ def profile_value(value: Any, schema: dict[str, Any], what: str) -> str:
             raise KnobInputError(what, f"{number} is outside {low}..{high}")
         text = str(number)
     else:
-        text = matching(one_line(value, what), re.compile(schema["pattern"]), what)
+        text = one_line(value, what)
+        if not re.fullmatch(schema["pattern"], text):
+            raise KnobInputError(what, f"{text!r} is not allowed (must match "
+                                 f"{schema['pattern']})")
     if "enum" in schema and text not in {str(v) for v in schema["enum"]}:
         raise KnobInputError(what, f"{text!r} is not one of {schema['enum']}")
     return text
@@ -84,9 +87,18 @@ def host_value(text: str, schema: dict[str, Any], source: str) -> Any:
 
 
 def _want(state: Any, target: Target) -> str | None:
+    """The profile's (or the override's) value for the knob, checked against its schema and
+    free of the characters the family's file gives a meaning (``State.forbidden``)."""
     want = target.want.get(state.fact)
-    return None if want is None else profile_value(want, state.schema,
-                                                   f"{state.layer}.{state.fact}")
+    if want is None:
+        return None
+    what = f"{state.layer}.{state.fact}"
+    value = profile_value(want, state.schema, what)
+    bad = sorted({c for c in value if c in state.forbidden or state.one_word and c.isspace()})
+    if bad:
+        raise KnobInputError(what, f"{value!r} holds {''.join(bad)!r}, which the "
+                             f"{type(state).__name__.lower()} value cannot carry")
+    return value
 
 
 def _service_step(unit: str, action: str, root: Sysroot) -> Change:
@@ -97,8 +109,12 @@ def _service_step(unit: str, action: str, root: Sysroot) -> Change:
 
 
 class Sysctl(State):
-    """A kernel parameter (``label``: ``kernel.numa_balancing``): ``/proc/sys`` now, and its
-    line in the layer's ``sysctl.d`` file (edited line by line, so several knobs share it)."""
+    """A kernel parameter (``label``: ``kernel.numa_balancing``) of one value: ``/proc/sys``
+    now, and its line in the layer's ``sysctl.d`` file (edited line by line, so several knobs
+    share it)."""
+
+    forbidden = "#;"
+    one_word = True  # /proc/sys shows several values tab-separated: not this family's
 
     @property
     def proc(self) -> str:
@@ -168,6 +184,9 @@ class KernelArg(State):
     a bare argument, ``False`` when absent.
     """
 
+    forbidden = "\"'\\"  # quoting and escapes of the bootloader's shell-style file
+    one_word = True  # a blank would start another argument
+
     def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
                  grub: Setting) -> None:
         super().__init__(layer, fact, label, schema)
@@ -203,9 +222,9 @@ class KernelArg(State):
             return []
         path = clean_path(target.settings[self.grub.name], self.grub.name)
         boolean = self.schema["type"] == "boolean"
-        remove = [self.label] if boolean and value == "0" else []
-        add = {} if remove else {self.label: None if boolean else value}
-        return plan_cmdline(root, path, remove, add, target.settings[BOOTLOADER.name])
+        add = {} if boolean and value == "0" else {self.label: None if boolean else value}
+        # every earlier value goes (GRUB_CMDLINE_LINUX_DEFAULT's comes later and would win)
+        return plan_cmdline(root, path, [self.label], add, target.settings[BOOTLOADER.name])
 
 
 class FileKey(State):
@@ -214,26 +233,26 @@ class FileKey(State):
     afterwards."""
 
     def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
-                 path: Setting, syntax: str, service: str | None = None) -> None:
+                 path: str, syntax: str, service: str | None = None) -> None:
         super().__init__(layer, fact, label, schema)
         self.path, self.syntax, self.service = path, syntax, service
 
     @property
     def fix(self) -> str:  # noqa: D102
-        return (f"set {self.label} in {self.path.default}"
+        return (f"set {self.label} in {self.path}"
                 + (f", then systemctl try-reload-or-restart {self.service}"
                    if self.service else ""))
 
     def source(self, root: Sysroot) -> str:  # noqa: D102
-        return root.display(self.path.default)
+        return root.display(self.path)
 
     def read(self, root: Sysroot) -> str:
-        """The key's effective value in the default file; ``""`` when it is not set."""
+        """The key's effective value in the file; ``""`` when it is not set."""
         from ansible_collections.exemplar.tune.plugins.module_utils.envfile import (
             line_key,
             line_value,
         )
-        text = root.read_optional(self.path.default) or ""
+        text = root.read_optional(self.path) or ""
         found = [line for line in text.splitlines() if line_key(line, self.syntax) == self.label]
         if not found:
             return ""
@@ -248,8 +267,7 @@ class FileKey(State):
         value = _want(self, target)
         if value is None:
             return []
-        path = clean_path(target.settings[self.path.name], self.path.name)
-        changes = plan_env_file(root, path, {self.label: value}, self.syntax)
+        changes = plan_env_file(root, self.path, {self.label: value}, self.syntax)
         if self.service:
             changes.append(_service_step(self.service, "try-reload-or-restart", root))
         return changes
@@ -259,6 +277,8 @@ class DropIn(State):
     """A property ``prop`` of ``[section]`` of a systemd ``unit``, in a drop-in of its own,
     made effective with ``systemctl daemon-reload`` (and a restart of the unit, if running,
     with ``restart``)."""
+
+    forbidden = "\\%"  # a line continuation, a unit-file specifier
 
     def __init__(self, layer: str, fact: str, schema: dict[str, Any], unit: str,
                  section: str, prop: str, restart: bool = False) -> None:
@@ -350,13 +370,19 @@ def kernel_arg(layer: str, name: str, arg: str, summary: str, schema: dict[str, 
                     check, doc, reboot=True)
 
 
-def file_key(layer: str, name: str, path: Setting, key: str, syntax: str, summary: str,
+def file_key(layer: str, name: str, path: str, key: str, syntax: str, summary: str,
              schema: dict[str, Any], *, service: str | None = None,
              check: CheckSpec | None = None, doc: str = "") -> Knob:
-    """A key of a configuration file; ``service`` is reloaded or restarted after a change."""
+    """A key of the configuration file ``path`` (one path: the fact reads where the knob
+    writes); ``service`` is reloaded or restarted after a change."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.envfile import KEYS
+    if syntax not in KEYS or syntax == "sysctl":
+        raise ValueError(f"knob {layer}.{name}: syntax {syntax!r} is not nccl or shell")
+    matching(key, KEYS[syntax], f"{layer}.{name}: key")
+    clean_path(path, f"{layer}.{name}: path")
     if service is not None:
         matching(service, SYSTEMD_UNIT, f"{layer}.{name}: service")
-    return _declare(FileKey(layer, name, key, schema, path, syntax, service), summary, (path,),
+    return _declare(FileKey(layer, name, key, schema, path, syntax, service), summary, (),
                     check, doc)
 
 

@@ -4,14 +4,13 @@ and carrying both into every enroot/pyxis container (planners in ``planners/runt
 from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Setting
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_runtime import SITE_TOPO_FILE
 
 TOPO_FILE = {"nccl_topo_file": {
-    "type": ["string", "null"], "default": SITE_TOPO_FILE,
+    "type": ["string", "null"],
     "pattern": "^/(?!.*//)(?!(.*/)?\\.\\.?(/|$))[^\\s\\x00-\\x1f\\x7f]*[^/\\s\\x00-\\x1f\\x7f]$",
     "description": "path NCCL_TOPO_FILE must name, or null when the platform needs none"}}
 IN_CONTAINER = {"require_in_container": {
-    "type": "boolean", "default": True,
+    "type": "boolean",
     "description": "the topology file and variable must reach the job container"}}
 TOPO_OVERRIDES = {"runtime_nccl_topo_file": "nccl_topo_file",
                   "runtime_require_in_container": "require_in_container"}
