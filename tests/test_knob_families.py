@@ -321,6 +321,16 @@ def test_a_pattern_is_matched_whole():
         profile_value("performance extra", {"type": "string", "pattern": "^[a-z]+"}, "cpu.x")
 
 
+def test_a_final_newline_never_passes_a_pattern(tmp_path):
+    """``$`` matches before a final newline: every planner's check matches the whole value, so
+    a role variable cannot add a line to the udev rule (or any rendered file)."""
+    root = Sysroot(str(copy_sysroot("h100-x86", tmp_path)))
+    knob = get_knob("cpu.deep_cstates")
+    with pytest.raises(KnobInputError, match="cpu.deep_cstate_names"):
+        knob.plan(root, knob.target({"deep_cstates": True, "deep_cstate_names": ["C6\n"]},
+                                    {}, {}))
+
+
 @pytest.mark.parametrize("line", ["kernel/numa_balancing=1", "/kernel/numa_balancing = 1",
                                   "-kernel.numa_balancing = 1", "  kernel.numa_balancing=1"])
 def test_sysctl_d_names_one_key_in_all_its_spellings(line):

@@ -67,10 +67,7 @@ def profile_value(value: Any, schema: dict[str, Any], what: str) -> str:
             raise KnobInputError(what, f"{number} is outside {low}..{high}")
         text = str(number)
     else:
-        text = one_line(value, what)
-        if not re.fullmatch(schema["pattern"], text):
-            raise KnobInputError(what, f"{text!r} is not allowed (must match "
-                                 f"{schema['pattern']})")
+        text = matching(one_line(value, what), re.compile(schema["pattern"]), what)
     if "enum" in schema and text not in {str(v) for v in schema["enum"]}:
         raise KnobInputError(what, f"{text!r} is not one of {schema['enum']}")
     return text

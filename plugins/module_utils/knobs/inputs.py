@@ -23,9 +23,10 @@ FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 
 
 def matching(value: Any, pattern: re.Pattern[str], what: str) -> str:
-    """``value`` as text when it matches ``pattern``; ``KnobInputError`` otherwise."""
+    """``value`` as text when ``pattern`` matches all of it (``$`` alone would let a final
+    newline through); ``KnobInputError`` otherwise."""
     text = str(value)
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         raise KnobInputError(what, f"{text!r} is not allowed (must match {pattern.pattern})")
     return text
 
