@@ -11,10 +11,10 @@ on the same data.
 
 Methods:
 
-* ``ours``: :class:`exemplar_tune.stats.SequentialTest` with its defaults (2..10 runs per arm,
-  keep when the 90 % interval lies beyond the 1 % minimum effect and the gain is clear of 0
-  at 90 % Bonferroni-split over the looks, early restore on 80 %, curtailment, tail credit);
-  ``--min-runs``, ``--max-runs``, ``--confidence``, ``--stop-confidence`` and
+* ``ours``: :class:`~exemplar_tune.orchestration.stats.SequentialTest`, its defaults (2..10
+  runs per arm, keep when the 90 % interval lies beyond the 1 % minimum effect and the gain is
+  clear of 0 at 90 % Bonferroni-split over the looks, early restore on 80 %, curtailment, tail
+  credit); ``--min-runs``, ``--max-runs``, ``--confidence``, ``--stop-confidence`` and
   ``--min-effect`` override them. It draws further runs where it needs more than the fixed
   protocols (from its own seeded stream, so theirs are unchanged).
 * ``welch``: fixed 5+5 runs, Welch t-test at alpha 0.05 (two-sided); keep when significant
@@ -61,8 +61,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exemplar_tune.boundary import SPENDING_FUNCTIONS  # noqa: E402
-from exemplar_tune.stats import (  # noqa: E402
+from exemplar_tune.orchestration.boundary import SPENDING_FUNCTIONS  # noqa: E402
+from exemplar_tune.orchestration.stats import (  # noqa: E402
     CONFIDENCE,
     MAX_RUNS,
     MIN_EFFECT,

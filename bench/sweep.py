@@ -6,7 +6,7 @@ candidates with known levels, with run-to-run noise of coefficient of variation 
 slow linear drift (0.02 % per run, the same for every arm: it is what the rotating order is
 for). Three methods see the same kind of data:
 
-* ``ours``: :class:`exemplar_tune.selection.ArmSelection` with its defaults (2..10 rounds,
+* ``ours``: :class:`~exemplar_tune.orchestration.selection.ArmSelection`, defaults (2..10 rounds,
   rotating balanced order, elimination, Holm over candidates with the group-sequential
   boundary over looks);
 * ``grid5``: 5 runs of every arm in a fixed order, the best mean wins (no test);
@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exemplar_tune.selection import ArmSelection  # noqa: E402
+from exemplar_tune.orchestration.selection import ArmSelection  # noqa: E402
 
 DRIFT = 0.0002  # per run, every arm alike
 METHODS = ("ours", "grid5", "argmax1")

@@ -11,9 +11,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.ansible_run import AnsibleRun, RunOutcome
 from exemplar_tune.bundle import open_sysroot
 from exemplar_tune.errors import UserError
+from exemplar_tune.fleet.ansible_run import AnsibleRun, RunOutcome
 
 
 def collect_facts(sysroot: str | None, run: AnsibleRun, layers: list[str] | None

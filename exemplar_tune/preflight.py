@@ -16,7 +16,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_
 from exemplar_tune import __version__
 from exemplar_tune.checks.base import FAIL, SEVERITIES, STATUSES, WARN
 from exemplar_tune.checks.run import run_checks
-from exemplar_tune.hostlist import compress
+from exemplar_tune.fleet.hostlist import compress
 
 Facts = dict[str, dict[str, Any]]
 

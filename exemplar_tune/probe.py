@@ -41,7 +41,7 @@ import signal
 import subprocess  # argv lists only, never a shell string built from input
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.nccl_conf import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.nccl_conf import (
     effective_settings,
     parse_nccl_conf,
 )

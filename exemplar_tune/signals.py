@@ -2,7 +2,7 @@
 
 Inside :func:`graceful_stop`, the first SIGINT or SIGTERM raises :class:`Interrupted` in the
 main thread: the running Ansible or benchmark process is ended (see
-:mod:`exemplar_tune.reaper`), the measured loop restores the layer it was measuring, records
+:mod:`exemplar_tune.fleet.reaper`), the measured loop restores the layer it was measuring, records
 why and stops. A second signal raises :class:`StoppedAtOnce`: nothing more is done, and the
 experiment stays as it is for ``resume`` or ``rollback``.
 """

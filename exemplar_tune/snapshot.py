@@ -17,8 +17,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import (
     COMMANDS,
     COMMANDS_DIR,

@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import xid_catalog as cat
-from ansible_collections.exemplar.tune.plugins.module_utils.xid_incidents import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import xid_catalog as cat
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid_incidents import (
     BUS_LOSS,
     DEFAULT_WINDOW_S,
 )

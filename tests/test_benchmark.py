@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
-from exemplar_tune.benchmark import (
+from exemplar_tune.errors import UserError
+from exemplar_tune.orchestration.benchmark import (
     BenchmarkFailed,
     BenchmarkFileError,
     BenchmarkSpec,
     load_benchmarks,
     run_benchmark,
 )
-from exemplar_tune.errors import UserError
 from tests.conftest import SAMPLES
 
 GB300_ALLGATHER = SAMPLES / "nccl_tests_all_gather_perf_gcp_a4xmax_gb300.txt"
@@ -406,7 +406,7 @@ def test_benchmark_failed_is_a_one_line_user_error() -> None:
 
 def test_output_larger_than_the_limit_gives_no_measurement(tmp_path: Path, monkeypatch) -> None:
     """The output is streamed to the log, never held whole; too much of it: one line."""
-    monkeypatch.setattr("exemplar_tune.benchmark.MAX_OUTPUT", 1 << 20)
+    monkeypatch.setattr("exemplar_tune.orchestration.benchmark.MAX_OUTPUT", 1 << 20)
     spec = one(tmp_path, command=python("import sys; sys.stdout.write('value: 1\\n' * 400000)"),
                parser="regex", pattern=r"value: (\d+)", higher_is_better=False)
     err = failure(spec, log_dir=tmp_path / "logs")

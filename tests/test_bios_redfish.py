@@ -12,17 +12,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.exemplar.tune.plugins.module_utils import bios_attributes as ba
-from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.cpu_bios import bios_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import bios_attributes as ba
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import (
     choose_reset_type,
     snapshot_from_capture,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BmcConfig, RedfishError
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import bios_facts
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import (
+    BmcConfig,
+    RedfishError,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.ansible_run import AnsibleRun
+from exemplar_tune.fleet.ansible_run import AnsibleRun
 from tests.conftest import REPO, SYSROOTS
 from tests.helpers import cli_env, copy_sysroot, tree_hash
 from tests.redfish_emulator import (
@@ -335,7 +338,7 @@ def test_vaulted_password(bmc, work, tls):
 
 # ---- the vendor map on real attribute sets ----------------------------------------------------
 
-# Excerpts of captured BMC responses (sources in plugins/module_utils/bios_attributes.py).
+# Excerpts of captured BMC responses (sources in plugins/module_utils/readers/bios_attributes.py).
 SAMPLES = {
     "dell": ({"ProcCStates": "Disabled", "ProcC1E": "Disabled", "ProcTurboMode": "Enabled",
               "SysProfile": "PerfOptimized"},

@@ -1,4 +1,4 @@
-"""The module payloads' bytecode cache (plugins/module_utils/bytecode_cache.py).
+"""The module payloads' bytecode cache (plugins/module_utils/glue/bytecode_cache.py).
 
 Two levels: real AnsiballZ payloads built by ``ansible`` (kept with
 ``ANSIBLE_KEEP_REMOTE_FILES``) run again with every ``compile`` call counted, and small zips
@@ -25,7 +25,7 @@ from tests.conftest import REPO, SYSROOTS
 PACKAGE_DIR = "ansible_collections/exemplar/tune/plugins/module_utils"
 CACHE_ENV = "EXEMPLAR_TUNE_BYTECODE_CACHE"
 # Imported by the zip importer before the cache is in place (each compiled twice there).
-BEFORE_THE_CACHE = {"__init__.py": 2, "bytecode_cache.py": 2}
+BEFORE_THE_CACHE = {"__init__.py": 2, "glue/__init__.py": 2, "glue/bytecode_cache.py": 2}
 
 # Runs a module payload (or a script) with every compile() of this collection's module_utils
 # counted; writes {file: count} as JSON to the path in COUNTS_OUT.
@@ -125,8 +125,9 @@ def _payload_zip(path: Path, modules: dict[str, str]) -> Path:
         parts = PACKAGE_DIR.split("/")
         for depth in range(1, len(parts) + 1):
             archive.writestr("/".join(parts[:depth]) + "/__init__.py", "")
-        archive.write(REPO / "plugins/module_utils/bytecode_cache.py",
-                      f"{PACKAGE_DIR}/bytecode_cache.py")
+        archive.writestr(f"{PACKAGE_DIR}/glue/__init__.py", "")
+        archive.write(REPO / "plugins/module_utils/glue/bytecode_cache.py",
+                      f"{PACKAGE_DIR}/glue/bytecode_cache.py")
         for name, source in modules.items():
             archive.writestr(f"{PACKAGE_DIR}/{name}.py", source)
     return path
@@ -139,7 +140,7 @@ def _script(tmp_path: Path, archive: Path, body: str) -> Path:
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(archive)!r})\n"
-        "from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import "
+        "from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import "
         "use_bytecode_cache\n"
         "use_bytecode_cache()\n"
         "import json\n" + body)
@@ -282,7 +283,7 @@ def test_old_entries_are_swept_when_new_ones_are_written(tmp_path):
 
 
 def test_imports_outside_a_payload_are_untouched():
-    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue import bytecode_cache
 
     before = list(sys.meta_path)
     bytecode_cache.use_bytecode_cache()
@@ -314,7 +315,7 @@ def finder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     run opens it; closed afterwards."""
     import zipimport
 
-    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue import bytecode_cache
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     archive = _payload_zip(tmp_path / "p.zip", MODULES)
@@ -361,7 +362,9 @@ def test_a_directory_swapped_after_opening_is_not_used(tmp_path, finder):
 def test_an_entry_of_another_user_is_not_run(tmp_path, finder, monkeypatch):
     """The same entry is run while it is this user's, and not once the process runs as
     someone else (as if another user had written it)."""
-    from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import entry_name
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
+        entry_name,
+    )
 
     _value(finder)
     tag_dir = next((tmp_path / "cache").iterdir())
@@ -376,7 +379,9 @@ def test_an_entry_of_another_user_is_not_run(tmp_path, finder, monkeypatch):
 def test_a_descriptor_closed_or_reused_turns_the_cache_off(tmp_path, finder):
     """A module that closes descriptors may give the cache's number to another directory:
     the cache then neither reads from nor writes into it."""
-    from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import entry_name
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
+        entry_name,
+    )
 
     other = tmp_path / "other"
     _plant(other, entry_name(*FIRST))
@@ -393,7 +398,7 @@ def test_a_descriptor_closed_or_reused_turns_the_cache_off(tmp_path, finder):
 
 
 def test_any_error_in_the_cache_only_means_compiling(finder, monkeypatch):
-    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue import bytecode_cache
 
     assert _value(finder) == "first"  # written
 
@@ -412,7 +417,7 @@ def test_any_error_in_the_cache_only_means_compiling(finder, monkeypatch):
 def test_a_failed_write_leaves_nothing_behind(finder, monkeypatch):
     """Another process's temporary file of the same name is left alone (the entry is just
     not written); a rename that fails removes the run's own temporary file."""
-    from ansible_collections.exemplar.tune.plugins.module_utils import bytecode_cache
+    from ansible_collections.exemplar.tune.plugins.module_utils.glue import bytecode_cache
 
     tag_dir = Path(bytecode_cache.cache_path())
     name = bytecode_cache.entry_name(*FIRST)

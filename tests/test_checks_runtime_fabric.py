@@ -12,10 +12,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_runtime
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    runtime as layer_runtime,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import parse_topo_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import parse_topo_xml
 
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN

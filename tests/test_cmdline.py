@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import parse_cmdline
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cmdline import parse_cmdline
 
 
 @pytest.mark.parametrize(("text", "params"), [

@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_cpu_placement
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import CommandFailed
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    cpu_placement as layer_cpu_placement,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import CommandFailed
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.helpers import copy_sysroot

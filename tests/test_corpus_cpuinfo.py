@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_cpu_processor
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    cpu_processor as layer_cpu_processor,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.corpus import cases, mismatches

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_gpu
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import gpu as layer_gpu
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 

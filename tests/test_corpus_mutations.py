@@ -9,8 +9,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text
 from tests.corpus import REALWORLD

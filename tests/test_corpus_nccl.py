@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import parse_topo_xml
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import parse_topo_xml
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text
 from tests.corpus import cases, mismatches, readings

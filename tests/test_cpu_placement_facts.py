@@ -9,19 +9,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    cpu_placement as layer_cpu_placement,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     cgroup,
     isolation,
-    layer_cpu_placement,
     numa,
     pci,
     systemd,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     NotSupported,
     ParseError,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.conftest import SYSROOTS

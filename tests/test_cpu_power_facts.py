@@ -14,19 +14,21 @@ import struct
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    cpu_power as layer_cpu_power,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     cpufreq,
     cpuidle,
-    layer_cpu_power,
     pmqos,
     tuned,
     values,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     NotSupported,
     ParseError,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.conftest import SAMPLES, SYSROOTS

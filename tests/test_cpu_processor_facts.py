@@ -10,17 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    cpu as layer_cpu,
+    cpu_processor as layer_cpu_processor,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     cpu_ids,
     cpu_topology,
     cpuinfo,
-    layer_cpu,
-    layer_cpu_processor,
     soc,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import parse_cpulist
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import parse_cpulist
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.conftest import SYSROOTS

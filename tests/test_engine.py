@@ -7,16 +7,19 @@ import os
 import re
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
     ApplyFailed,
     AttrChange,
     FileChange,
     apply_changes,
     restore_entries,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import edit_grub, read_variable
-from ansible_collections.exemplar.tune.plugins.module_utils.journal import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import edit_text
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import (
+    edit_grub,
+    read_variable,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import (
     Journal,
     JournalError,
 )

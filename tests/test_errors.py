@@ -15,8 +15,10 @@ import yaml
 from exemplar_tune.ledger import Ledger
 from tests.helpers import cli_env
 from tests.test_cli import cli
-from tests.test_remediate import copy
-from tests.test_remediate import state as state  # noqa: F401,PLW0127 - the fixture
+from tests.test_remediate import (
+    copy,
+    state as state,  # noqa: F401,PLW0127 - the fixture
+)
 
 
 def one_line_error(out: subprocess.CompletedProcess[str], code: int = 2) -> str:

@@ -22,17 +22,17 @@ PACKAGE = "ansible_collections.exemplar.tune.plugins.module_utils"
 OPTIONAL = {
     "xml": "xml.etree.ElementTree",
     "defusedxml": "defusedxml",
-    "nvidia-smi text": f"{PACKAGE}.nvidia_smi_text",
-    "bios": f"{PACKAGE}.bios",
-    "bios attributes": f"{PACKAGE}.bios_attributes",
-    "redfish": f"{PACKAGE}.redfish",
+    "nvidia-smi text": f"{PACKAGE}.readers.nvidia_smi_text",
+    "bios": f"{PACKAGE}.readers.bios",
+    "bios attributes": f"{PACKAGE}.readers.bios_attributes",
+    "redfish": f"{PACKAGE}.readers.redfish",
     "configparser": "configparser",
     "gzip": "gzip",
     "calendar": "calendar",
 }
 GATHER = f"""
 import json, sys
-from {PACKAGE}.bmc import BmcConfig
+from {PACKAGE}.readers.bmc import BmcConfig
 from {PACKAGE}.layers import gather_facts
 from {PACKAGE}.sysroot import Sysroot
 bmc = BmcConfig.from_params(json.loads(sys.argv[2]))

@@ -14,8 +14,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
-from exemplar_tune.collection import link_collection
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.collection import link_collection
 from tests.conftest import REPO, SYSROOTS
 from tests.helpers import FIXTURE_HOSTS
 

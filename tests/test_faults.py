@@ -340,7 +340,7 @@ def test_a_bug_inside_the_loop_restores_the_layer(tmp_path, host, monkeypatch, c
     """Any exception while measuring: the layer is restored, the experiment failed, one line
     names the error and the file with its traceback."""
     from exemplar_tune import cli as entry
-    from exemplar_tune import tune
+    from exemplar_tune.orchestration import tune
 
     bench(tmp_path)
     pristine = host_bytes(host)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exemplar_tune.hostlist import ansible_limit, compress, expand
+from exemplar_tune.fleet.hostlist import ansible_limit, compress, expand
 from exemplar_tune.sim.cluster import create_cluster
 from tests.test_cli import cli
 

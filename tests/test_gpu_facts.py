@@ -11,15 +11,10 @@ import types
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import (
-    layer_gpu,
-    layers,
-    nvidia_smi,
-    nvml,
-    sysroot,
-    xid,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils import layers, sysroot
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import gpu as layer_gpu
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import nvidia_smi, nvml, xid
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
     NotSupported,
     ParseError,

@@ -12,20 +12,18 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
-    Regenerate,
-    apply_changes,
-    restore_entries,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     CheckSpec,
     KnobInputError,
     Setting,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+    Regenerate,
+    apply_changes,
+    restore_entries,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import run_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import edit_text
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import (
     dropin,
     file_key,
@@ -34,7 +32,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families impor
     profile_value,
     sysctl,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import get_knob, get_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.checks.base import PASS, SKIP, WARN

@@ -13,21 +13,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
     AttrChange,
     FileChange,
     Regenerate,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import edit_text, plan_env_file
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     plan_layer,
     run_layer,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import (
+    edit_text,
+    plan_env_file,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import file_mode
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
     LAYER_NAMES,
@@ -37,6 +39,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     get_layer,
     registered_knobs,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune import registry_docs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from tests.conftest import REPO
 from tests.helpers import copy_sysroot, tree_state
 

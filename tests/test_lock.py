@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from exemplar_tune.errors import UserError
-from exemplar_tune.lock import hold_hosts, live_claims, registry_path
+from exemplar_tune.fleet.lock import hold_hosts, live_claims, registry_path
 from tests.conftest import REPO
 from tests.test_ledger import child, sigkill
 
 CHILD_CLAIM = """
 import sys, time
-from exemplar_tune.lock import hold_hosts
+from exemplar_tune.fleet.lock import hold_hosts
 with hold_hosts(sys.argv[1], sys.argv[2].split(","), "tune"):
     print("claimed", flush=True)
     time.sleep(120)
@@ -98,7 +98,7 @@ def test_a_claim_from_another_machine_is_kept_and_explained(tmp_path: Path) -> N
 
 def test_concurrent_claimers_never_both_win(tmp_path: Path) -> None:
     """Eight processes race for the same host: exactly one holds it at any time."""
-    script = ("import sys, time\nfrom exemplar_tune.lock import hold_hosts\n"
+    script = ("import sys, time\nfrom exemplar_tune.fleet.lock import hold_hosts\n"
               "from exemplar_tune.errors import UserError\n"
               "try:\n    with hold_hosts(sys.argv[1], ['gpu01'], 'apply'):\n"
               "        print('won', flush=True); time.sleep(2)\n"

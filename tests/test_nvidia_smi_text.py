@@ -15,8 +15,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_gpu, nvidia_smi_text
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import gpu as layer_gpu
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import nvidia_smi_text
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS, Sysroot
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_runtime
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    runtime as layer_runtime,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.checks.base import FAIL, PASS, SKIP

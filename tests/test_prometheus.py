@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exemplar_tune.prometheus import STATUS_VALUE, audit_text, preflight_text
+from exemplar_tune.reports.prometheus import STATUS_VALUE, audit_text, preflight_text
 from tests.conftest import SYSROOTS
 from tests.test_cli import cli
 

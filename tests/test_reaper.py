@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from exemplar_tune import reaper
+from exemplar_tune.fleet import reaper
 from tests.helpers import cli_env
 
 PY = sys.executable
@@ -52,7 +52,7 @@ def test_when_the_parent_dies_the_whole_tree_ends(tmp_path) -> None:
                   f"'import time; time.sleep(300)'], start_new_session=True); "
                   f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}'); "
                   f"time.sleep(300)")
-    middle = ("import subprocess, sys, time; from exemplar_tune import reaper; "
+    middle = ("import subprocess, sys, time; from exemplar_tune.fleet import reaper; "
               f"subprocess.Popen(reaper.command([{PY!r}, '-c', {grandchild!r}])); "
               "time.sleep(300)")
     parent = subprocess.Popen([PY, "-c", middle], env=cli_env())
@@ -61,7 +61,7 @@ def test_when_the_parent_dies_the_whole_tree_ends(tmp_path) -> None:
         time.sleep(0.05)
     command, orphan = map(int, pids.read_text().split())
     supervisor = psutil.Process(command).parent()
-    assert "exemplar_tune.reaper" in supervisor.cmdline()
+    assert "exemplar_tune.fleet.reaper" in supervisor.cmdline()
     assert reaper.tagged_processes("nothing") == []
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()

@@ -22,8 +22,8 @@ import yaml
 from defusedxml import ElementTree
 from markupsafe import escape
 
-from exemplar_tune.preflight_report import html_report
-from exemplar_tune.run_report import html_page
+from exemplar_tune.reports.experiment import html_page
+from exemplar_tune.reports.preflight import html_report
 from exemplar_tune.sim.cluster import create_cluster
 from tests.conftest import SYSROOTS
 from tests.test_cli import cli

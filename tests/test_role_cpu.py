@@ -12,14 +12,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.tuned_switch import (
     parse_tuned_adm_active,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from tests.conftest import REPO
 from tests.helpers import copy_sysroot, tree_hash
 

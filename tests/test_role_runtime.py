@@ -13,8 +13,8 @@ import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.checks.run import run_checks
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from tests.conftest import REPO, SAMPLES
 from tests.helpers import copy_sysroot, tree_hash
 

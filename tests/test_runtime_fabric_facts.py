@@ -12,35 +12,35 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import (
-    layer_fabric,
-    layer_runtime,
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import (
+    fabric as layer_fabric,
+    runtime as layer_runtime,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.enroot import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.enroot import (
     covers,
     parse_environ,
     parse_fstab,
     parse_plugstack,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.infiniband import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
     parse_numa_node,
     parse_rate,
     parse_state,
     read_ib_devices,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.nccl_conf import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.nccl_conf import (
     conf_paths,
     effective_settings,
     parse_nccl_conf,
     read_nccl_config,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import (
     normalize_bdf,
     parse_topo_xml,
     read_topo_file,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.conftest import SAMPLES, SYSROOTS
 

@@ -14,8 +14,8 @@ import tarfile
 import pytest
 import yaml
 
-from exemplar_tune.benchmark import load_benchmarks, run_benchmark
 from exemplar_tune.diagnose import nccl_tests
+from exemplar_tune.orchestration.benchmark import load_benchmarks, run_benchmark
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.hosts import BASES, TREES
 from exemplar_tune.sim.model import host_state, load_scenario

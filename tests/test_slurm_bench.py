@@ -17,8 +17,8 @@ import psutil
 import pytest
 import yaml
 
-from exemplar_tune.ansible_run import AnsibleRun
-from exemplar_tune.benchmark import (
+from exemplar_tune.fleet.ansible_run import AnsibleRun
+from exemplar_tune.orchestration.benchmark import (
     BenchmarkFailed,
     BenchmarkFileError,
     load_benchmarks,

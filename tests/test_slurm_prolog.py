@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from tests.helpers import cli_env
 from tests.slurmcluster import node_sysroots
 

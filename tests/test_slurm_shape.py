@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from exemplar_tune.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.slurm.inventory import InventoryError, host_nodes
 from exemplar_tune.slurm.shape import batch_script, sbatch_argv, slurm_shape, srun_argv
 

@@ -1,4 +1,4 @@
-"""The keep/restore decision rule (exemplar_tune.stats) and its simulation benchmark."""
+"""The keep/restore decision rule (orchestration.stats) and its simulation benchmark."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exemplar_tune.boundary import nominal_levels
-from exemplar_tune.stats import (
+from exemplar_tune.orchestration.boundary import nominal_levels
+from exemplar_tune.orchestration.stats import (
     BLOCK_RUNS,
     Comparison,
     SequentialTest,

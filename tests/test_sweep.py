@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from exemplar_tune.errors import UserError
-from exemplar_tune.sim.cluster import create_cluster
-from exemplar_tune.sweep_plan import (
+from exemplar_tune.orchestration.sweep_plan import (
     SweptKnob,
     arm_count,
     arm_label,
@@ -28,6 +27,7 @@ from exemplar_tune.sweep_plan import (
     sizes_from_log,
     steps,
 )
+from exemplar_tune.sim.cluster import create_cluster
 from tests.helpers import cli_env
 from tests.test_cli import cli
 from tests.test_faults import Watch, host_bytes, kill

@@ -6,7 +6,7 @@ import os
 import shutil
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     NotSupported,
     UnsafePath,
 )

@@ -15,9 +15,9 @@ import time
 import pytest
 import yaml
 
+from exemplar_tune.orchestration.stats import MIN_RUNS
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.model import load_scenario
-from exemplar_tune.stats import MIN_RUNS
 from tests.helpers import cli_env, tree_hash
 from tests.test_cli import cli
 

@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import cmdqv, hypervisor, iommu
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.vm import gather
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import cmdqv, hypervisor, iommu
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     NotSupported,
     ParseError,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_vm import gather
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.conftest import SYSROOTS

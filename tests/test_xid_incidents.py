@@ -25,8 +25,14 @@ each named where it is used:
 from __future__ import annotations
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils import kernel_log, xid, xid_catalog
-from ansible_collections.exemplar.tune.plugins.module_utils.xid_incidents import group_incidents
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
+    kernel_log,
+    xid,
+    xid_catalog,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid_incidents import (
+    group_incidents,
+)
 
 
 def incidents(text: str, window_s: float = 300.0) -> list[dict]:

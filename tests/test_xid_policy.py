@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid import parse_xid_events
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.xid import parse_xid_events
 
 from exemplar_tune.checks.base import FAIL, PASS, WARN, Outcome
 from exemplar_tune.checks.gpu import check_xids

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.cgroup import HOUSEKEEPING_UNITS
-from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.cpu import online_cpus
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cgroup import HOUSEKEEPING_UNITS
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import (
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import ParseError
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.cpu import online_cpus
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
 
 from exemplar_tune.checks.base import (
     FAIL,

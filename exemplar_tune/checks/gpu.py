@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import xid_catalog as cat
-from ansible_collections.exemplar.tune.plugins.module_utils.xid_incidents import group_incidents
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import xid_catalog as cat
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid_incidents import (
+    group_incidents,
+)
 
 from exemplar_tune import xid_policy
 from exemplar_tune.checks.base import (

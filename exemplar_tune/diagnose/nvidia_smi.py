@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils import layer_gpu, nvidia_smi_text
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers import gpu as layer_gpu
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import nvidia_smi_text
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 
 from exemplar_tune.checks.base import SKIP
 from exemplar_tune.checks.run import run_checks

@@ -26,7 +26,10 @@ import re
 import sys
 from pathlib import Path
 
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import VARIABLES, read_variable
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import (
+    VARIABLES,
+    read_variable,
+)
 
 from exemplar_tune.sim.hosts import CMDQV_PARAM
 

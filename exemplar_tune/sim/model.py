@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import parse_cpulist
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.sim.fabric import (

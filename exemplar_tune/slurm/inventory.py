@@ -2,7 +2,7 @@
 
 A host's Slurm node is its ``exemplar_slurm_node`` variable (host or group variable, a plain
 name), else its inventory name. The hosts come from
-:func:`exemplar_tune.inventory.inventory_hosts`.
+:func:`exemplar_tune.fleet.inventory.inventory_hosts`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from exemplar_tune.inventory import HostSource, InventoryError, inventory_hosts
+from exemplar_tune.fleet.inventory import HostSource, InventoryError, inventory_hosts
 
 NODE_VAR = "exemplar_slurm_node"
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

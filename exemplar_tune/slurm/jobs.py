@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exemplar_tune import reaper
+from exemplar_tune.fleet import reaper
 from exemplar_tune.slurm import ranks as rank_output
 from exemplar_tune.slurm.commands import SlurmError, expand_hostlist, last_line, program
 from exemplar_tune.slurm.records import JOB_FIELDS, JobRecord, failure, parse_jobs
@@ -147,7 +147,7 @@ def _launch(launch: _Launch, env: Mapping[str, str], timeout: float,
     """Start the launcher and wait for it, watching the job (see the module docstring)."""
     if workdir and not workdir.is_dir():
         raise SlurmError(f"workdir {workdir} is not a directory")
-    try:  # supervised: the launcher ends with this controller (exemplar_tune.reaper)
+    try:  # supervised: the launcher ends with this controller (exemplar_tune.fleet.reaper)
         proc = subprocess.Popen(reaper.command(launch.argv), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
                                 env={**os.environ, **env}, start_new_session=True)

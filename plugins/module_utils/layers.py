@@ -13,26 +13,22 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-if TYPE_CHECKING:
-    from ansible_collections.exemplar.tune.plugins.module_utils import (  # noqa: F401 - shipped
-        layer_cpu,
-        layer_fabric,
-        layer_gpu,
-        layer_runtime,
-        layer_vm,
-        layer_workload,
-    )
-    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (  # noqa: F401
-        Knob,
-        cpu,
-        fabric,
-        gpu,
-        runtime,
-        vm,
-    )
+if TYPE_CHECKING:  # gatherers and knobs are imported by name on first use; these ship them
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.cpu  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.fabric  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.gpu  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.runtime  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.vm  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.gatherers.workload  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.knobs.fabric  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.knobs.gpu  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.knobs.runtime  # noqa: F401
+    import ansible_collections.exemplar.tune.plugins.module_utils.knobs.vm  # noqa: F401
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
 
 
 class Layer(NamedTuple):
@@ -46,7 +42,7 @@ class Layer(NamedTuple):
     options: tuple[str, ...] = ()  # keyword arguments of ``gather`` taken from the context
 
     def gather(self, root: Sysroot, **options: Any) -> dict[str, Any]:
-        """The layer's facts: its gatherer's (``layer_<name>.gather``), then the state of each
+        """The layer's facts: its gatherer's (``gatherers/<name>.py``), then the state of each
         family knob of the layer (``Knob.state``), with its source and any error."""
         facts = _gatherer(self.name)(root, **options)
         states = [knob.state for knob in self.knobs if knob.state is not None]
@@ -96,7 +92,7 @@ _PACKAGE = "ansible_collections.exemplar.tune.plugins.module_utils"
 
 
 def _gatherer(name: str) -> Callable[..., dict[str, Any]]:
-    return import_module(f"{_PACKAGE}.layer_{name}").gather
+    return import_module(f"{_PACKAGE}.gatherers.{name}").gather
 
 
 def _layer_knobs(layer: Layer) -> tuple[Knob, ...]:

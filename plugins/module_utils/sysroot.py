@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import BinaryIO, NamedTuple
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     CommandFailed,
     NotSupported,
     UnsafePath,

@@ -78,15 +78,15 @@ bios:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
-from ansible_collections.exemplar.tune.plugins.module_utils.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import gather_into
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.cpu_bios import gather_into
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

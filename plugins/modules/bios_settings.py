@@ -98,20 +98,20 @@ reboot_required:
   type: bool
 """
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import plan_change
-from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import RedfishChange
-from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.cpu_bios import bios_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.knob_module import (
     knob_module,
     run_knob,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_cpu_bios import bios_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.bios_change import plan_change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import RedfishChange
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 TARGET_OPTION = {"type": "dict", "required": True, "options": {

@@ -55,21 +55,21 @@ system:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bios import (
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import (
     choose_reset_type,
     read_snapshot,
     reset_system,
     reset_types,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.redfish import RedfishClient
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.redfish import RedfishClient
 
 
 def main() -> None:

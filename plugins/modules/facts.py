@@ -58,13 +58,15 @@ layers:
   elements: str
 """
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.facts_module import run_facts_module
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.facts_module import (
+    run_facts_module,
+)
 
 
 def main() -> None:

@@ -76,23 +76,23 @@ note:
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.knob_module import (
     knob_module,
     run_knob,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.persistence import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.persistence import (
     live_plan,
     live_states,
     sysroot_plan,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

@@ -113,23 +113,23 @@ journal:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bios import bmc_connector
-from ansible_collections.exemplar.tune.plugins.module_utils.bmc import BMC_OPTION, BmcConfig
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.hypervisor import read_arch
-from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import open_journal
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.knob_module import open_journal
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     run_layer,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import bmc_connector
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor import read_arch
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

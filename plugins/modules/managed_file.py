@@ -60,17 +60,17 @@ reboot_required:
   type: bool
 """
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import FileChange
-from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.knob_module import (
     knob_module,
     run_knob,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import FileChange
 
 
 def main() -> None:

@@ -49,32 +49,32 @@ changes:
 """
 
 
-from ansible_collections.exemplar.tune.plugins.module_utils.bytecode_cache import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache import (
     use_bytecode_cache,
 )
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
-    Change,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
-    NotSupported,
-    ParseError,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.knob_module import (
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.knob_module import (
     knob_module,
     run_knob,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned import (
-    find_profile,
-    parse_active_profile,
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+    Change,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.tuned_switch import (
     active_profile,
     plan_switch,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    NotSupported,
+    ParseError,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.tuned import (
+    find_profile,
+    parse_active_profile,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
 def main() -> None:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 if TYPE_CHECKING:  # imported when first planned (Knob.plan); these lines ship them
-    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
     from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners import (  # noqa
         cpu,
         fabric,

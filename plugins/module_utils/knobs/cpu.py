@@ -6,7 +6,6 @@ Family knobs are complete here; the planners of the others are in ``planners/cpu
 
 from __future__ import annotations
 
-from ansible_collections.exemplar.tune.plugins.module_utils.cgroup import HOUSEKEEPING_UNITS
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
     CheckSpec,
@@ -18,6 +17,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families impor
     sysfs_attr,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import IDLE_STATE, WORD
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cgroup import HOUSEKEEPING_UNITS
 
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
 GRUB_PATH = Setting("cpu_grub_defaults_path", "/etc/default/grub",

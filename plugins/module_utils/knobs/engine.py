@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target, flag
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
     ApplyFailed,
     Change,
     FileChange,
     apply_knobs,
     restore_entries,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
     NotSupported,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target, flag
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
 
 

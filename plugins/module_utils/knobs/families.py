@@ -24,7 +24,6 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     BOOTLOADER,
     CheckSpec,
@@ -41,11 +40,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     matching,
     one_line,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_int
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.values import parse_int
 
 if TYPE_CHECKING:  # planning needs these; reading a knob's state (every facts run) does not
-    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
 
 SYSCTL_FILE = "/etc/sysctl.d/90-exemplar-tune.conf"
 WHOLE = re.compile(r"^-?[0-9]{1,19}$")
@@ -101,7 +101,7 @@ def _want(state: Any, target: Target) -> str | None:
 def _service_step(unit: str, action: str, root: Sysroot) -> Change:
     """``systemctl ACTION UNIT`` as a journaled step after the files it depends on (run on a
     live host, recorded in a sysroot); restore runs it again once the files are back."""
-    from ansible_collections.exemplar.tune.plugins.module_utils.changes import Regenerate
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Regenerate
     return Regenerate(f"systemctl {action} {unit}", ("systemctl", action, unit), run=root.live)
 
 
@@ -135,8 +135,10 @@ class Sysctl(State):
         value = _want(self, target)
         if value is None:
             return []
-        from ansible_collections.exemplar.tune.plugins.module_utils.changes import AttrChange
-        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import AttrChange
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import (
+            plan_env_file,
+        )
         path = clean_path(target.settings[f"{self.layer}_sysctl_path"],
                           f"{self.layer}_sysctl_path")
         now: list[Change] = [AttrChange(self.proc, value)] if root.exists(self.proc) else []
@@ -165,7 +167,7 @@ class SysfsAttr(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The value on every attribute the glob finds."""
-        from ansible_collections.exemplar.tune.plugins.module_utils.changes import AttrChange
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import AttrChange
         value = _want(self, target)
         if value is None:
             return []
@@ -197,7 +199,9 @@ class KernelArg(State):
         return root.display("proc/cmdline")
 
     def read(self, root: Sysroot) -> Any:  # noqa: D102
-        from ansible_collections.exemplar.tune.plugins.module_utils.cmdline import read_cmdline
+        from ansible_collections.exemplar.tune.plugins.module_utils.readers.cmdline import (
+            read_cmdline,
+        )
         try:
             params = read_cmdline(root)
         except NotSupported:
@@ -213,7 +217,7 @@ class KernelArg(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The argument set (or removed) in the defaults file, and the bootloader rebuilt."""
-        from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import plan_cmdline
         value = _want(self, target)
         if value is None:
             return []
@@ -245,7 +249,7 @@ class FileKey(State):
 
     def read(self, root: Sysroot) -> str:
         """The key's effective value in the file; ``""`` when it is not set."""
-        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import (
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import (
             line_key,
             line_value,
         )
@@ -260,7 +264,9 @@ class FileKey(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The key's line, then the service step."""
-        from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import (
+            plan_env_file,
+        )
         value = _want(self, target)
         if value is None:
             return []
@@ -308,7 +314,7 @@ class DropIn(State):
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The drop-in, ``daemon-reload`` and the optional restart."""
-        from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
             FileChange,
             Regenerate,
         )
@@ -372,7 +378,7 @@ def file_key(layer: str, name: str, path: str, key: str, syntax: str, summary: s
              check: CheckSpec | None = None, doc: str = "") -> Knob:
     """A key of the configuration file ``path`` (one path: the fact reads where the knob
     writes); ``service`` is reloaded or restarted after a change."""
-    from ansible_collections.exemplar.tune.plugins.module_utils.envfile import KEYS
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import KEYS
     if syntax not in KEYS or syntax == "sysctl":
         raise ValueError(f"knob {layer}.{name}: syntax {syntax!r} is not nccl or shell")
     matching(key, KEYS[syntax], f"{layer}.{name}: key")

@@ -6,23 +6,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import (
-    AttrChange,
-    Change,
-    FileChange,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.cpulist import (
-    format_cpulist,
-    parse_cpulist,
-)
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     KnobInputError,
     Target,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+    AttrChange,
+    Change,
+    FileChange,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import POLICIES
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     FILE_NAME,
     IDLE_STATE,
@@ -31,8 +26,13 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     clean_path,
     matching,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.tuned_switch import plan_switch
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.tuned_switch import plan_switch
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
@@ -220,7 +220,7 @@ def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
     wanted = target.want.get("bios")
     if not wanted or target.bmc is None:
         return []
-    from ansible_collections.exemplar.tune.plugins.module_utils.bios_change import (
+    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.bios_change import (
         plan_change,  # imported here: only hosts with a BMC need the Redfish client
     )
     return [plan_change(target.bmc, wanted, target.settings["cpu_bios_apply_time"])]

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     KnobInputError,
     Target,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     NCCL_KEY,
     clean_path,

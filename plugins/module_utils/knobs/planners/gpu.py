@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Target
-from ansible_collections.exemplar.tune.plugins.module_utils.persistence import (
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.persistence import (
     live_plan,
     live_states,
     sysroot_plan,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 

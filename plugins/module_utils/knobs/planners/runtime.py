@@ -6,22 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change, FileChange
-from ansible_collections.exemplar.tune.plugins.module_utils.envfile import plan_env_file
-from ansible_collections.exemplar.tune.plugins.module_utils.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.runtime import SITE_TOPO_FILE
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     KnobInputError,
     Target,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change, FileChange
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     FILE_NAME,
     clean_path,
     file_mode,
     matching,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.layer_runtime import SITE_TOPO_FILE
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import parse_topo_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
-from ansible_collections.exemplar.tune.plugins.module_utils.topo_xml import parse_topo_xml
 
 
 def topo_path(target: Target) -> str | None:

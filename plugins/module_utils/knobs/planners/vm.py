@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.changes import Change
-from ansible_collections.exemplar.tune.plugins.module_utils.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     KnobInputError,
     Target,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     WORD,
     clean_path,

@@ -1,0 +1,82 @@
+"""``diagnose``: captured signals (turbostat, perf, NCCL and step logs ...) mapped to layers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from exemplar_tune.diagnose import DiagnoseError, compare_reports, diagnose_paths
+from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register ``diagnose``."""
+    _add_diagnose(sub)
+
+
+DIAGNOSE_EPILOG = """examples:
+  exemplar-tune diagnose turbostat.txt numastat.txt perf-report.txt
+  exemplar-tune diagnose megatron.log --format json
+  exemplar-tune diagnose nvidia-smi-q.txt              pasted 'nvidia-smi -q' (or -q -x XML)
+  exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
+  exemplar-tune diagnose stats.txt report.sqlite           nsys stats output, nsys export
+  exemplar-tune diagnose a.sqlite b.sqlite --compare       NCCL kernel time per collective
+
+Recognised from the content: turbostat, numastat (default and -p), perf report/top,
+step-time logs (Megatron-LM, NeMo/Lightning, torchtitan, DeepSpeed, HF Trainer, litgpt, tqdm,
+one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
+nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML,
+nsys stats reports (text, --format csv) and nsys SQLite exports (--type sqlite).
+Every finding names the layer and the preflight check it bears on.
+exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
+"""
+
+
+def _add_diagnose(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("diagnose", help="analyse captured signals (turbostat, perf, logs ...)",
+                         description="Analyse files captured on a node or from a job and map "
+                         "what they show to layers and checks.", epilog=DIAGNOSE_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmd.add_argument("files", nargs="+", metavar="FILE")
+    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--compare", action="store_true",
+                     help="with two nccl-tests files: busbw ratio per size (second / first); "
+                     "with two nsys reports: mean NCCL kernel time per collective")
+    cmd.set_defaults(func=cmd_diagnose)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """``exemplar-tune diagnose``."""
+    reports, errors = diagnose_paths(args.files)
+    if not reports:
+        raise UserError(errors[0] if len(errors) == 1 else
+                        f"none of the {len(errors)} files could be read: {'; '.join(errors)}")
+    for error in errors:
+        print(f"exemplar-tune: skipped {error}", file=sys.stderr)
+    try:
+        comparison = compare_reports(reports) if args.compare else None
+    except DiagnoseError as exc:
+        raise UserError(str(exc)) from None
+    docs = [r.to_dict() for r in reports]
+    if args.format == "json":
+        print(json.dumps({"reports": docs, "comparison": comparison, "skipped": errors},
+                         indent=2))
+    else:
+        print(_diagnose_table(docs, comparison) + "".join(f"\n== skipped: {e}" for e in errors))
+    failing = any(d["status"] == "fail" for d in docs)
+    return EXIT_FINDINGS if failing or errors else EXIT_OK
+
+
+def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
+    lines = []
+    for doc in docs:
+        lines.append(f"== {doc['source']} ({doc['kind']}): {doc['status'].upper()}")
+        for f in doc["findings"]:
+            lines.append(f"  {f['status']:<4}  {f['check_id']}: {f['message']}")
+            lines += [f"        evidence {e}" for e in f["evidence"]]
+    lines += [f"== warning: {w}" for w in (comparison or {}).get("warnings", [])]
+    for coll in (comparison or {}).get("collectives", []):
+        lines.append(f"== {coll['text']}" if "text" in coll else f"== {coll['collective']}: "
+                     f"busbw ratio (geometric mean) {coll['geomean_ratio']}")
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""``preflight``: every layer's checks against a profile, on one host or a fleet."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
+from exemplar_tune.commands.slurm import add_prolog_option
+from exemplar_tune.errors import UserError
+from exemplar_tune.facts import collect_facts
+from exemplar_tune.inputs import read_input
+from exemplar_tune.preflight import exit_status, preflight_hosts
+from exemplar_tune.probe import probe_container
+from exemplar_tune.profile import load_profile, profile_for_hosts, shipped_profiles
+from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
+from exemplar_tune.reports.prometheus import preflight_text, write_atomically
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register ``preflight``."""
+    _add_preflight(sub)
+
+
+PREFLIGHT_EPILOG = """examples:
+  exemplar-tune preflight                               this host, profile chosen by its arch
+  exemplar-tune preflight --profile gb200-grace --stop-at-first-failing-layer
+  exemplar-tune preflight --sysroot node07.tar.gz --format html --output node07.html
+  exemplar-tune preflight -i hosts.yml --format json --output fleet.json
+  exemplar-tune preflight --launcher "enroot start --rw pytorch"   check inside the container
+
+Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
+(pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
+risk and the fix (the role knob, or the manual BIOS/hypervisor action). With several hosts the
+table prints one line per failing or warning check and finding, the hosts with that finding
+folded into a hostlist (gpu[001-112,115]), failing first, then by severity and host count;
+--details adds every host's checks. JSON keeps every host's results.
+
+exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 usage/input error.
+"""
+
+
+def _add_preflight(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("preflight", help="check every layer against a profile",
+                         description="Run the ordered preflight: GPU health, Grace/VM "
+                         "readiness, CPU power and placement, runtime topology, fabric, "
+                         "workload.", epilog=PREFLIGHT_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_host_options(cmd)
+    cmd.add_argument("--profile", default="auto", metavar="NAME|FILE",
+                     help=f"expectations: {', '.join(shipped_profiles())}, a YAML file, or "
+                     "'auto' (gb200-grace on aarch64, else h100-x86; the default)")
+    cmd.add_argument("--layer", action="append", metavar="LAYER",
+                     help=f"only this layer's checks (repeatable): {', '.join(LAYER_NAMES)}")
+    cmd.add_argument("--stop-at-first-failing-layer", action="store_true",
+                     help="strict gate: do not evaluate layers after the first failing one")
+    cmd.add_argument("--launcher", metavar="CMD",
+                     help="also probe inside the job container started by CMD (e.g. "
+                     "'srun -N1 --container-image=IMG', 'enroot start IMG', 'docker run IMG')")
+    cmd.add_argument("--results", type=Path, metavar="FILE.json",
+                     help='benchmark results for the workload layer: {"SHAPE": {"value": N, '
+                     '"unit": "s/step"}}')
+    cmd.add_argument("--format", choices=("table", "json", "markdown", "html", "prometheus"),
+                     default="table", help="prometheus: node_exporter's textfile format")
+    cmd.add_argument("--output", type=Path, metavar="FILE",
+                     help="write the report to FILE (prometheus: replaced in one rename)")
+    cmd.add_argument("--details", action="store_true",
+                     help="fleet table: also list every host's checks")
+    cmd.set_defaults(func=cmd_preflight)
+    add_prolog_option(cmd)
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    """``exemplar-tune preflight``."""
+    check_layers(args.layer)
+    hosts, missing = collect_facts(args.sysroot, facts_runner(args), None)
+    profile = load_profile(profile_for_hosts(args.profile, hosts.values()))
+    extras = {"container": probe_container(args.launcher) if args.launcher else None,
+              "results": _read_results(args.results) if args.results else None}
+    for facts in hosts.values():
+        if extras["container"] is not None:
+            facts["runtime"]["container"] = extras["container"]
+        if extras["results"] is not None:
+            facts["workload"]["results"] = extras["results"]
+    doc = preflight_hosts(hosts, profile, args.layer, args.stop_at_first_failing_layer, missing)
+    _emit(doc, args)
+    return exit_status(doc)
+
+
+def _read_results(path: Path) -> dict:
+    try:
+        data = json.loads(read_input(path, "results"))
+    except ValueError as exc:
+        raise UserError(f"results {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("value"), (int, float))
+            for v in data.values()):
+        raise UserError(f'results {path}: expected {{"SHAPE": {{"value": N, "unit": "..."}}}}')
+    return data
+
+
+def _emit(doc: dict, args: argparse.Namespace) -> None:
+    stream_colour = args.output is None and use_colour()
+    text = {"json": lambda: json.dumps(doc, indent=2), "markdown": lambda: markdown(doc),
+            "html": lambda: html_report(doc),
+            "table": lambda: table(doc, stream_colour, args.details),
+            "prometheus": lambda: preflight_text(doc)}[args.format]()
+    if args.output is None:
+        print(text, end="" if text.endswith("\n") else "\n")
+        return
+    if args.format == "prometheus":
+        write_atomically(args.output, text)
+        return
+    try:
+        args.output.write_text(text + ("" if text.endswith("\n") else "\n"))
+    except OSError as exc:
+        raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output}")

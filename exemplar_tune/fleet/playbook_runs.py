@@ -1,0 +1,162 @@
+"""Running the collection's playbooks on a target, and what every command that changes hosts
+shares: the target's inventory, the hold on its hosts, the ledger record of an experiment, and
+the results folded per host and knob.
+
+The command modules (``commands.change``, ``commands.experiments``, ``commands.sweep``) and
+the orchestration use these; nothing here parses command lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from exemplar_tune.errors import UserError
+from exemplar_tune.fleet import reaper
+from exemplar_tune.fleet.ansible_run import AnsibleRun, RunOutcome, local_inventory
+from exemplar_tune.fleet.collection import collection_root
+from exemplar_tune.fleet.inventory import check_source, host_identities
+from exemplar_tune.fleet.lock import hold_hosts
+from exemplar_tune.ledger import Ledger
+from exemplar_tune.runs import state_dir
+from exemplar_tune.signals import Interrupted, StoppedAtOnce
+from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
+
+
+def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
+    """A user's inventory, a one-host inventory that works inside ``sysroot``, or this host."""
+    if sysroot is None:
+        if inventory:
+            check_source(inventory)
+        return inventory or local_inventory()
+    if not os.path.isdir(sysroot):
+        raise UserError(f"sysroot {sysroot}: changes need a directory (unpack an archive first)")
+    name = os.path.basename(os.path.normpath(sysroot))
+    return local_inventory([name], {name: {"exemplar_sysroot": os.path.abspath(sysroot),
+                                           "ansible_python_interpreter": sys.executable}})
+
+
+def playbook(name: str) -> str:
+    """Path of one of the collection's playbooks."""
+    return str(collection_root() / "playbooks" / f"{name}.yml")
+
+
+def claim_hosts(run: AnsibleRun, command: str) -> contextlib.AbstractContextManager[None]:
+    """Hold ``run``'s hosts (resolved now: a missing inventory, or a ``--limit`` that matches
+    nothing, is a ``UserError`` here) for a command that changes them; see :mod:`lock`."""
+    return hold_hosts(state_dir(), host_identities(run).values(), command)
+
+
+@contextlib.contextmanager
+def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
+    """Close ``experiment`` in the ledger when the block is cut short: ``interrupted`` after
+    a clean stop, ``failed`` (with the reason) after an error; a second signal
+    (:class:`StoppedAtOnce`) leaves it running, to be resumed or rolled back."""
+    try:
+        yield
+    except StoppedAtOnce as exc:
+        ledger.log_event(experiment, "error", f"stopped at once by a second {exc}: hosts left "
+                         "as they were")
+        raise
+    except Interrupted as exc:
+        ledger.log_event(experiment, "warning", f"interrupted by {exc}")
+        ledger.finish(experiment, "interrupted")
+        exc.note = "; ".join(filter(None, [exc.note, f"'exemplar-tune rollback --run "
+                                           f"{experiment}' puts back what it changed"]))
+        raise
+    except BaseException as exc:
+        ledger.log_event(experiment, "error", f"{type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]}")
+        ledger.finish(experiment, "failed")
+        raise
+
+
+def end_leftovers(ledger: Ledger, experiment: str) -> None:
+    """End what an earlier controller of ``experiment`` left running before this one touches
+    the hosts: its supervised Ansible and benchmark processes, and its Slurm jobs."""
+    for proc in reaper.tagged_processes(experiment):
+        reaper.end_tree(proc)
+    cancelled = cancel_jobs(submitted_jobs(ledger.show(experiment)["events"]))
+    if cancelled:
+        ledger.log_event(experiment, "warning", f"cancelled Slurm job(s) {', '.join(cancelled)} "
+                         "left by an earlier controller")
+        print(f"cancelled Slurm job(s) {', '.join(cancelled)} of experiment {experiment}",
+              file=sys.stderr)
+
+
+def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
+    """Per host: status, the knobs that changed (or would), reboot flag, messages."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for host, result in outcome.hosts.items():
+        knobs = []
+        for res in _module_results(result.tasks):
+            if "knob" in res and res.get("changed"):
+                knobs.append({"layer": res["layer"], "knob": res["knob"],
+                              "changes": res.get("changes", []),
+                              "reboot_required": bool(res.get("reboot_required"))})
+        hosts[host] = {
+            "status": result.status, "error": result.message or None,
+            "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs),
+            "restored": [s for r in _module_results(result.tasks) for s in r.get("restored", [])],
+        }
+    return hosts
+
+
+def _module_results(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each module result, with the items of loop tasks and the knobs of a layer module
+    result (``exemplar.tune.layer``) taken one by one."""
+    found = []
+    for task in tasks:
+        res = task["result"]
+        found += res["results"] if isinstance(res.get("results"), list) else [res]
+    found = [r for r in found if isinstance(r, dict)]
+    return [k for r in found for k in (r["knobs"] if isinstance(r.get("knobs"), list) else [r])
+            if isinstance(k, dict)]
+
+
+def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
+    """Run a collection playbook and return ``{hosts, unreachable, failed}``."""
+    outcome = run.playbook(playbook(name), extravars)
+    hosts = knob_results(outcome)
+    unreachable = {h: d["error"] for h, d in hosts.items() if d["status"] == "unreachable"}
+    failed = {h: d["error"] for h, d in hosts.items() if d["status"] == "failed"}
+    if not hosts:
+        raise UserError(f"no host matched (ansible-runner status {outcome.status})")
+    return {"hosts": {h: d for h, d in hosts.items() if h not in unreachable},
+            "unreachable": unreachable, "failed": failed}
+
+
+def host_records(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per host of a :func:`run_playbook` result what the ledger keeps: status, changes,
+    error (unreachable hosts included, with no changes)."""
+    records = {h: {"status": d["status"], "changed": d["changed"], "error": d["error"]}
+               for h, d in result["hosts"].items()}
+    records.update({h: {"status": "unreachable", "changed": [], "error": why}
+                    for h, why in result["unreachable"].items()})
+    return records
+
+
+def runner(args: argparse.Namespace, check: bool = False) -> AnsibleRun:
+    """The Ansible run a command's target options (inventory, sysroot, limit, forks,
+    timeout) describe, with diffs."""
+    return AnsibleRun(target_inventory(args.inventory, args.sysroot), limit=args.limit,
+                      forks=args.forks, timeout=args.timeout, check=check, diff=True)
+
+
+def ledger_target(args: argparse.Namespace) -> dict[str, Any]:
+    """What reaches the same hosts again from any directory (kept in the ledger for restore
+    and resume): inventory files and sysroots as absolute paths (a host list as it is)."""
+    def absolute(path: str | None) -> str | None:
+        return os.path.abspath(path) if path and os.path.exists(path) else path
+
+    return {"inventory": absolute(args.inventory), "limit": args.limit,
+            "sysroot": absolute(args.sysroot)}
+
+
+def changed_hosts(doc: dict[str, Any], layer: str) -> list[str]:
+    """Hosts the ledger saw change ``layer`` in the experiment ``doc`` (they have a journal)."""
+    return sorted({h["host"] for h in doc["hosts"] if h["layer"] == layer and h["changed"]})

@@ -1,0 +1,113 @@
+"""What ``apply`` and ``audit`` print: knob changes across a fleet, hosts folded.
+
+Hosts whose knob changes are the same (knob, path, before, after) share one group, named by
+their hostlist (``gpu[001-112]``); groups come most hosts first, then in layer order. Each
+change shows the lines that differ, never cut; ``diff`` gives full unified diffs instead, and
+``details`` adds one sorted line per host.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+
+from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.reports.preflight import fold_reasons
+
+FILES_SHOWN = 4  # per group without --diff; the rest is counted
+CHANGED_LINES_SHOWN = 4  # per file without --diff; the rest is counted
+
+
+def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Knobs that drift, hosts with the same changes folded:
+    ``{layer, knob, hosts, hostlist, count, total, changes}`` (a host's own name in its changes
+    written ``{host}``)."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for host, data in sorted(hosts.items()):
+        for knob in data["changed"]:
+            changes = without_host(json.dumps(knob["changes"], sort_keys=True), host)
+            key = (knob["layer"], knob["knob"], changes)
+            groups.setdefault(key, {"layer": knob["layer"], "knob": knob["knob"], "hosts": [],
+                                    "changes": json.loads(changes)})["hosts"].append(host)
+    ordered = sorted(groups.values(),
+                     key=lambda g: (-len(g["hosts"]), LAYER_NAMES.index(g["layer"])))
+    return [{**g, "hostlist": compress(g["hosts"]), "count": len(g["hosts"]),
+             "total": len(hosts)} for g in ordered]
+
+
+def audit_lines(doc: dict[str, Any], diff: bool, details: bool) -> list[str]:
+    """The audit as text: the grouped drift, per-host lines with ``details``, then the hosts
+    that failed or could not be reached, folded by reason."""
+    drifting = {h for g in doc["drift"] for h in g["hosts"]}
+    head = (f"audit against profile {doc['profile']}: {len(doc['hosts'])} host(s) answered, "
+            f"{len(drifting)} drift")
+    lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
+    for group in doc["drift"]:
+        lines.append(f"  DRIFT  {group['layer']}/{group['knob']}  "
+                     f"{group['count']}/{group['total']} hosts  {group['hostlist']}")
+        shown = group["changes"] if diff else group["changes"][:FILES_SHOWN]
+        lines += [line for change in shown for line in change_lines(change, diff)]
+        if len(shown) < len(group["changes"]):
+            lines.append(f"        ({len(group['changes']) - len(shown)} more files: "
+                         "--diff shows them all)")
+    if not doc["drift"] and doc["hosts"]:
+        lines.append("  no drift")
+    if details:
+        lines += [f"  {host}: " + (", ".join(f"{k['layer']}/{k['knob']}" for k in data["changed"])
+                                   or "no drift") for host, data in sorted(doc["hosts"].items())]
+    return lines + problem_lines(doc)
+
+
+def apply_lines(doc: dict[str, Any], diff: bool) -> list[str]:
+    """``apply`` as text: one line per group of hosts with the same changes (a host's own
+    name in them written ``{host}``)."""
+    verb = "would change" if doc["check"] else "changed"
+    head = f"apply {doc['layer']} (profile {doc['profile']})"
+    lines = [head + ("" if doc["check"] else f", experiment {doc['experiment']}")]
+    folded: dict[str, list[str]] = {}
+    ok = {h: d for h, d in doc["hosts"].items() if d["status"] != "failed"}
+    for host, data in sorted(ok.items()):
+        key = without_host(json.dumps(data["changed"], sort_keys=True), host)
+        folded.setdefault(key, []).append(host)
+    for key, hosts in sorted(folded.items(), key=lambda kv: (-len(kv[1]), kv[1])):
+        knobs = json.loads(key)
+        names = ", ".join(dict.fromkeys(k["knob"] for k in knobs)) or "nothing"
+        reboot = "; REBOOT REQUIRED to take effect" if any(
+            k["reboot_required"] for k in knobs) else ""
+        lines.append(f"  {compress(hosts)} ({len(hosts)}/{len(doc['hosts'])}): "
+                     f"{verb} {names}{reboot}")
+        if diff:
+            lines += [line for k in knobs for c in k["changes"] for line in change_lines(c, True)]
+    failed = {h: d["error"] for h, d in doc["hosts"].items() if d["status"] == "failed"}
+    lines += problem_lines({"failed": failed, "unreachable": doc["unreachable"]})
+    if not doc["check"]:
+        lines.append(f"undo with: exemplar-tune restore --run {doc['experiment']}")
+    return lines
+
+
+def problem_lines(doc: dict[str, Any]) -> list[str]:
+    """Failed and unreachable hosts, folded by reason."""
+    return [f"  {compress(hosts)}: {what}: {reason}"
+            for what, key in (("FAILED", "failed"), ("UNREACHABLE", "unreachable"))
+            for reason, hosts in fold_reasons(doc.get(key) or {}).items()]
+
+
+def change_lines(change: dict[str, str], full: bool) -> list[str]:
+    """One file's change: ``path: before -> after`` for one-line values, else the lines that
+    differ (all of them, with context, as a unified diff when ``full``)."""
+    before, after = change["before"], change["after"]
+    if not full and "\n" not in before.strip() and "\n" not in after.strip():
+        return [f"        {change['path']}: {before.strip()!r} -> {after.strip()!r}"]
+    diff = list(difflib.unified_diff(
+        before.splitlines(), after.splitlines(), f"{change['path']} (before)",
+        f"{change['path']} (after)", lineterm="", n=3 if full else 0))
+    if full:
+        return [f"        {line}" for line in diff]
+    changed = [line for line in diff[2:] if line[:1] in "-+"]
+    more = len(changed) - CHANGED_LINES_SHOWN
+    shown = [f"          {line}" for line in changed[:CHANGED_LINES_SHOWN]]
+    rest = [f"          ({more} more changed lines: --diff shows them all)"] if more > 0 else []
+    return [f"        {change['path']}:", *shown, *rest]

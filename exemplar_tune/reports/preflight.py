@@ -1,0 +1,158 @@
+"""Render a preflight document: terminal table, Markdown, self-contained HTML."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import Any
+
+from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.reports.html import render
+
+SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
+COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
+RESET = "\033[0m"
+
+
+def use_colour(stream: Any = sys.stdout) -> bool:
+    """Colour only on a terminal and only when ``NO_COLOR`` is not set."""
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def finding_text(observed: Any, expected: Any) -> str:
+    """``observed X, expected Y`` in full; for two mappings only the keys that differ."""
+    if isinstance(observed, dict) and isinstance(expected, dict) and set(expected) <= set(observed):
+        differ = [k for k in expected if observed[k] != expected[k]]
+        if differ:
+            return ", ".join(f"{k}: observed {_json(observed[k])}, expected {_json(expected[k])}"
+                             for k in differ)
+    return f"observed {_json(observed)}, expected {_json(expected)}"
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> str:
+    """The fleet view (one line per check and finding, hosts folded), then with ``details``
+    or a single host each host's checks by layer; unreachable hosts folded by reason."""
+    paint = (lambda s, t: f"{COLOUR[s]}{t}{RESET}") if colour else (lambda s, t: t)
+    counts = Counter(data["status"] for data in doc["hosts"].values())
+    head = f"profile {doc['profile']}; {len(doc['hosts'])} host(s) checked"
+    if len(doc["hosts"]) > 1:
+        head += ": " + ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "pass") if counts[s])
+    lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
+    if len(doc["hosts"]) > 1:
+        lines += _fleet_lines(doc, paint)
+    if len(doc["hosts"]) == 1 or details:
+        for host, data in sorted(doc["hosts"].items()):
+            lines.append(f"\n### {host}: {paint(data['status'], data['status'].upper())}")
+            lines += _host_lines(data["results"], paint)
+    for reason, hosts in fold_reasons(doc["unreachable"]).items():
+        lines.append(f"\n### {compress(hosts)}: UNREACHABLE: {reason}")
+    return "\n".join(lines)
+
+
+def fold_reasons(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """Hosts by the reason given for them, the host's own name in it written ``{host}``."""
+    folded: dict[str, list[str]] = {}
+    for host, reason in sorted(reasons.items()):
+        folded.setdefault(without_host(str(reason), host), []).append(host)
+    return folded
+
+
+def _fleet_lines(doc: dict[str, Any], paint: Any) -> list[str]:
+    if not doc["groups"]:
+        return ["  no failing or warning check on any host"]
+    lines = []
+    for g in doc["groups"]:
+        lines.append(f"  {paint(g['status'], SYMBOL[g['status']]):<4}  {g['id']}  "
+                     f"{g['count']}/{g['total']} hosts  {g['hostlist']}")
+        lines.append(f"        {g['detail']}")
+        lines.append(f"        {finding_text(g['observed'], g['expected'])}")
+    return lines
+
+
+def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
+    lines, layer = [], None
+    for r in results:
+        if r["layer"] != layer:
+            layer = r["layer"]
+            lines.append(f"== {layer}")
+        lines.append(f"  {paint(r['status'], SYMBOL[r['status']]):<4}  {r['id']}: {r['detail']}")
+        if r["status"] in ("fail", "warn"):
+            lines.append(f"        {finding_text(r['observed'], r['expected'])}")
+            lines += [f"        evidence {e}" for e in r["evidence"]]
+            lines.append(f"        risk: {r['risk']}")
+            knob = f" [knob {r['knob']}]" if r["knob"] else ""
+            lines.append(f"        fix:  {r['fix']}{knob}")
+    return lines
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """A Markdown report: fleet summary, then each host's checks by layer."""
+    out = [f"# exemplar-tune preflight ({doc['profile']})", ""]
+    if doc["groups"]:
+        out += ["| status | check | hosts | fix |", "|---|---|---|---|"]
+        out += [f"| {g['status']} | `{g['id']}` | {g['count']}/{g['total']} | {_md(g['fix'])} |"
+                for g in doc["groups"]]
+    else:
+        out.append("No failing or warning check.")
+    for host, data in doc["hosts"].items():
+        out += ["", f"## {host} — {data['status']}", "",
+                "| layer | status | check | finding | evidence |", "|---|---|---|---|---|"]
+        out += [f"| {r['layer']} | {r['status']} | `{r['id']}` | {_md(r['detail'])} | "
+                f"{_md(', '.join(r['evidence']))} |" for r in data["results"]]
+    out += [f"\n**{host}: unreachable** — {_md(reason)}" for host, reason in
+            doc["unreachable"].items()]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def value_text(value: Any) -> str:
+    """An observed or expected value as text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def layer_sections(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One host's results by layer: ``{layer, findings, passed, skipped}``; findings are the
+    failing and warning results with their values as text, passed the ids of the others."""
+    sections: dict[str, dict[str, Any]] = {}
+    for r in results:
+        section = sections.setdefault(r["layer"], {"layer": r["layer"], "findings": [],
+                                                   "passed": [], "skipped": []})
+        if r["status"] in ("fail", "warn"):
+            section["findings"].append(dict(r, observed=value_text(r["observed"]),
+                                            expected=value_text(r["expected"])))
+        elif r["status"] == "pass":
+            section["passed"].append(r["id"])
+        else:
+            section["skipped"].append(r)
+    return list(sections.values())
+
+
+def passed_everywhere(doc: dict[str, Any]) -> list[str]:
+    """Ids of the checks that passed on every host that ran them, in first-seen order."""
+    seen: dict[str, bool] = {}
+    for data in doc["hosts"].values():
+        for r in data["results"]:
+            seen[r["id"]] = seen.get(r["id"], True) and r["status"] == "pass"
+    return [check for check, passed in seen.items() if passed]
+
+
+def html_report(doc: dict[str, Any]) -> str:
+    """A self-contained HTML page (``templates/preflight.html.j2``, autoescaped; inline CSS,
+    no scripts, no external resources): the fleet summary, then each host by layer."""
+    hosts = [{"name": host, "status": data["status"],
+              "layers": layer_sections(data["results"])} for host, data in doc["hosts"].items()]
+    return render("preflight.html.j2", doc=doc, hosts=hosts, passed=passed_everywhere(doc),
+                  summary=", ".join(f"{count} {status}" for status, count in
+                                    sorted(doc["summary"].items(), key=lambda kv: _RANK[kv[0]])))
+
+
+_RANK = {status: rank for rank, status in enumerate(SYMBOL)}

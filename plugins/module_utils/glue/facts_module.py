@@ -1,0 +1,30 @@
+"""The body of the facts module: argument handling, gathering, result shape."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    LAYER_NAMES,
+    gather_facts,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+SYSROOT_OPTION = {"type": "path", "default": "/"}
+
+
+def run_facts_module() -> None:
+    """Run ``exemplar.tune.facts``: the layers named by its ``layers`` option, one key each."""
+    spec = {"sysroot": dict(SYSROOT_OPTION), "bmc": dict(BMC_OPTION),
+            "layers": {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
+                       "choices": list(LAYER_NAMES)}}
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    names = module.params["layers"]
+    sysroot = module.params["sysroot"]
+    if sysroot != "/" and not os.path.isdir(sysroot):
+        module.fail_json(msg=f"sysroot {sysroot} is not a directory")
+    context = {"bmc": BmcConfig.from_params(module.params.get("bmc"))}
+    facts = gather_facts(Sysroot(sysroot), names, context)
+    module.exit_json(changed=False, ansible_facts={"exemplar_tune": facts}, layers=names)

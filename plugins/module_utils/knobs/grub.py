@@ -1,0 +1,100 @@
+"""Kernel command-line arguments in ``/etc/default/grub``.
+
+The bootloader reads ``GRUB_CMDLINE_LINUX`` (every entry) and ``GRUB_CMDLINE_LINUX_DEFAULT``
+(normal entries); ``update-grub`` / ``grub2-mkconfig`` turn them into ``grub.cfg``. A change
+here takes effect at the next boot only, so callers flag it ``reboot_required``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+    Change,
+    FileChange,
+    Regenerate,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import edit_text, line_key
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
+LABEL = "bootloader configuration"
+
+
+def read_variable(text: str, name: str) -> str | None:
+    """The value of ``name`` (last definition, quotes removed), ``None`` when absent."""
+    value = None
+    for line in text.splitlines():
+        if line_key(line, "shell") == name:
+            raw = line.split("=", 1)[1].strip()
+            try:
+                parts = shlex.split(raw)
+            except ValueError:
+                parts = [raw.strip("\"'")]
+            value = " ".join(parts)
+    return value
+
+
+def edit_args(args: str, remove: list[str], add: dict[str, str | None]) -> str:
+    """``args`` without the parameters named in ``remove`` and with ``add`` set.
+
+    A name in ``remove`` matches ``name`` and ``name=anything``; ``add`` values of ``None``
+    mean a bare flag.
+    """
+    kept = [word for word in args.split() if word.split("=", 1)[0] not in set(remove) | set(add)]
+    kept += [name if value is None else f"{name}={value}" for name, value in add.items()]
+    return " ".join(kept)
+
+
+def edit_grub(text: str, remove: list[str], add: dict[str, str | None]) -> str:
+    """``/etc/default/grub`` content with the parameters removed/added.
+
+    Removal applies to both variables; additions go to ``GRUB_CMDLINE_LINUX`` (every entry).
+    """
+    settings: dict[str, str | None] = {}
+    for name in VARIABLES:
+        current = read_variable(text, name)
+        wanted = edit_args(current or "", remove, add if name == VARIABLES[1] else {})
+        if current is not None and wanted != current or current is None and wanted:
+            settings[name] = wanted
+    return edit_text(text, settings, "shell") if settings else text
+
+
+def bootloader_command(given: list[str] | None = None) -> list[str] | None:
+    """The command that rebuilds ``grub.cfg`` from the defaults: ``given``, else the one found."""
+    if given:
+        return list(given)
+    if shutil.which("update-grub"):
+        return ["update-grub"]
+    if shutil.which("grub2-mkconfig"):
+        return ["grub2-mkconfig", "-o", "/boot/grub2/grub.cfg"]
+    return None
+
+
+def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str | None],
+                 command: list[str] | None = None) -> list[Change]:
+    """Edit the kernel arguments in ``path``, then rebuild the bootloader configuration.
+
+    The rebuild is a journaled :class:`Regenerate` step, so restore reruns it once the
+    defaults file is back. It runs on a live host (``command``, else ``update-grub`` or
+    ``grub2-mkconfig``; neither is an error); in a sysroot only when ``command`` is given,
+    otherwise it is recorded as not run. A missing defaults file means nothing to remove (and
+    is an error to add to).
+    """
+    try:
+        text = root.read_text(path, strip=False)
+    except NotSupported:
+        if not add:
+            return []
+        raise
+    new = edit_grub(text, remove, add)
+    argv = bootloader_command(command) if root.live else command
+    if root.live and not argv:
+        raise NotSupported("bootloader configuration", "neither update-grub nor grub2-mkconfig "
+                           "found: set exemplar_bootloader_command (a change the next boot "
+                           "would not see is not made)")
+    rebuild = Regenerate(LABEL, tuple(argv)) if argv else Regenerate(LABEL, ("update-grub",),
+                                                                     run=False)
+    return [FileChange(path, new.encode(), root.file_mode(path) or 0o644), rebuild]
