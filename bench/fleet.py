@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Wall time of ``preflight``, ``audit`` and ``apply`` per host, local and over real SSH,
-against ``ping``.
+"""Wall time of ``facts``, ``preflight``, ``audit`` and ``apply`` per host, local and over real
+SSH, against ``ping``.
 
-For each inventory size it runs ``ansible all -m ping``, ``exemplar-tune preflight`` (all
-layers), ``exemplar-tune audit`` (every layer in check mode: one module call per host) and
-``exemplar-tune apply --layer cpu`` (one layer, journaled; the hosts already match, so it
-plans, compares and writes nothing) on the same inventory, in turn (interleaved, ``--repeat``
-rounds, median kept), and prints wall times, time per host and the ratio to ping. Two
-transports:
+For each inventory size it runs ``ansible all -m ping``, ``exemplar-tune facts`` (every
+layer), ``exemplar-tune preflight`` (all layers), ``exemplar-tune audit`` (every layer in
+check mode: one module call per host) and ``exemplar-tune apply --layer cpu`` (one layer,
+journaled; the hosts already match, so it plans, compares and writes nothing) on the same
+inventory, in turn (interleaved, ``--repeat`` rounds, median kept), and prints wall times,
+time per host and the ratio to ping. Two transports:
 
 * ``local``: N local-connection hosts: the module cost.
 * ``ssh``: N network namespaces with their own sshd (``tests/sshfleet.py``; root needed).
@@ -61,7 +61,7 @@ PROFILE = {"name": "bench-h100",
            "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
 # the fixture trees keep their Slurm job under system.slice: allow confining it (as the tests)
 HOSTVARS = {"cpu_housekeeping_allow_job_units": True}
-COMMANDS = ("ping", "preflight", "audit", "apply")
+COMMANDS = ("ping", "facts", "preflight", "audit", "apply")
 BIN = Path(sys.executable).parent
 
 
@@ -159,8 +159,9 @@ def argv_for(command: str, inventory: Path, profile: Path, forks: int) -> list[s
         return [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping",
                 "-f", str(forks), "-o"]
     layer = ["--layer", "cpu"] if command == "apply" else []
+    target = [] if command == "facts" else ["--profile", str(profile)]
     return [str(BIN / "exemplar-tune"), command, *layer, "-i", str(inventory), "--format",
-            "json", "--forks", str(forks), "--profile", str(profile)]
+            "json", "--forks", str(forks), *target]
 
 
 def check_output(command: str, count: int, out: subprocess.CompletedProcess[str]) -> None:

@@ -19,18 +19,7 @@ from pathlib import Path
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYERS, UnknownLayer
 
 from exemplar_tune import __version__
-from exemplar_tune.commands import (
-    change,
-    demo,
-    diagnose,
-    experiments,
-    facts,
-    preflight,
-    profile,
-    sim,
-    slurm,
-    sweep,
-)
+from exemplar_tune.commands import COMMANDS, SUMMARIES, groups
 from exemplar_tune.commands.options import QUIET_HELP
 from exemplar_tune.errors import (
     EXIT_BROKEN_PIPE,
@@ -43,13 +32,12 @@ from exemplar_tune.ledger import Ledger, default_path as default_ledger_path
 from exemplar_tune.progress import set_quiet
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 
-# The command groups in the order ``--help`` lists them; each registers its commands.
-GROUPS = (facts, preflight, change, experiments, sweep, profile, diagnose, sim, demo, slurm)
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def build_parser(commands: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every command in full, or only ``commands`` (and the rest of their
+    groups) in full and the others by name and summary, so that a run imports one group."""
     parser = argparse.ArgumentParser(
         prog="exemplar-tune",
         description="Find and close the performance gap of AI-training GPU clusters, one layer "
@@ -62,8 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     parser.set_defaults(command_parser=build_parser)  # the demo runs the commands it parses
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in GROUPS:
-        group.add_parsers(sub)
+    loaded = {group.__name__.rpartition(".")[2]: group for group in groups(commands)}
+    for name, (group, summary) in COMMANDS.items():
+        if name in sub.choices:
+            continue
+        if group in loaded:
+            loaded[group].add_parsers(sub)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     _add_quiet(sub)
     return parser
 
@@ -94,7 +88,7 @@ def _warn_unfinished(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``exemplar-tune`` script: every outcome is one line and an exit code
     (``--help`` epilog), never a traceback."""
-    parser = build_parser()
+    parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     set_quiet(args.quiet)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -125,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line, the traceback in a file
         _error(f"internal error: {crash_report(exc)}")
         return EXIT_INTERNAL
+
+
+def _command(argv: list[str]) -> list[str]:
+    """The command ``argv`` names, as a list (empty when it names none we know): the first
+    word that is not an option (the global options take no value)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return [word] if word in SUMMARIES else []
 
 
 def _stdout_closed() -> bool:

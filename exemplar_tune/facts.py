@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -45,16 +46,15 @@ def facts_from_hosts(run: AnsibleRun, layers: list[str] | None) -> tuple[dict, R
     the first mapping and reported in ``outcome.hosts``.
     """
     names = [layer.name for layer in select_layers(layers)]
-    # A host whose inventory sets exemplar_sysroot is read inside that tree (simulated hosts,
-    # captured bundles laid out on a host); the others are read live. A host with
-    # exemplar_bmc_address also has its BIOS read over Redfish (password: no_log).
-    outcome = run.module("exemplar.tune.facts", {
-        "layers": names, "sysroot": "{{ exemplar_sysroot | default('/') }}",
-        "bmc": "{{ lookup('exemplar.tune.bmc') }}"})
+    # The module's action reads each host's exemplar_sysroot (simulated hosts, captured bundles
+    # laid out on a host; the others are read live) and BMC (exemplar_bmc_address: the BIOS
+    # is read over Redfish, password no_log) from the inventory.
+    # as_json: one string per host crosses Ansible's workers and callbacks, not a nested dict
+    outcome = run.module("exemplar.tune.facts", {"layers": names, "as_json": True})
     facts = {}
     for host, result in outcome.hosts.items():
         for task in result.tasks:
-            gathered = task["result"].get("ansible_facts", {}).get("exemplar_tune")
-            if gathered is not None:
-                facts[host] = gathered
+            text = task["result"].get("exemplar_tune_json")
+            if isinstance(text, str):
+                facts[host] = json.loads(text)
     return facts, outcome

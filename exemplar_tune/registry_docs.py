@@ -7,6 +7,8 @@
   layer's notes and options (``ROLE_SUMMARY``, ``ROLE_NOTES``, ``ROLE_OPTIONS`` beside its
   knobs), and the options every layer role shares;
 * the knob keys of ``exemplar_tune/profiles/schema.json`` (each knob's ``profile_keys``);
+* ``plugins/plugin_utils/knob_variable_names.py``: each layer's knob variables, for the
+  ``exemplar.tune.knob_variables`` lookup;
 * the README's knob and check tables (between ``<!-- generated: NAME -->`` and
   ``<!-- end: NAME -->``).
 
@@ -201,10 +203,30 @@ def _replace_block(text: str, name: str, body: str) -> str:
     return head + start + body + end + rest.split(end, 1)[1]
 
 
+VARIABLE_NAMES = REPO / "plugins" / "plugin_utils" / "knob_variable_names.py"
+
+
+def variable_names() -> str:
+    """``plugin_utils/knob_variable_names.py``: each layer's knob variables, as data.
+
+    The ``exemplar.tune.knob_variables`` lookup runs in every host's Ansible worker, where
+    importing the registry itself would compile it from source again for each host.
+    """
+    lines = []
+    for layer in ROLE_LAYERS:
+        names = dict.fromkeys(v for knob in get_layer(layer).knobs for v in knob.variables())
+        lines += [f'    "{layer}": (', *(f'        "{name}",' for name in names), "    ),"]
+    body = "\n".join(lines)
+    return ('"""Each layer\'s knob variables. Generated from the knob registry by\n'
+            '``python -m exemplar_tune.registry_docs``: edit the knobs, not this file."""\n\n'
+            f"LAYER_VARIABLES = {{\n{body}\n}}\n")
+
+
 def generated() -> dict[Path, str]:
     """Every generated file's path and its content from the registries."""
     files = {REPO / "roles" / layer / "meta" / "argument_specs.yml": argument_specs(layer)
              for layer in ROLE_LAYERS}
+    files[VARIABLE_NAMES] = variable_names()
     files[SCHEMA] = profile_schema(json.loads(SCHEMA.read_text()))
     readme = README.read_text()
     readme = _replace_block(readme, "knobs", knob_table())

@@ -104,3 +104,27 @@ def test_every_module_is_documented_with_its_attributes(module):
     assert attributes["check_mode"]["support"] == "full"
     assert attributes["diff_mode"]["support"] in ("full", "none")
     assert attributes["platform"]["platforms"] == "posix"
+
+
+def test_omitted_options_come_from_the_host_variables():
+    """No task argument at all: each host's exemplar_sysroot and exemplar_layers are read by
+    the module's action on the controller; an option the task gives wins over the host's."""
+    hostvars = {h: {"exemplar_sysroot": str(SYSROOTS / h), "exemplar_layers": ["vm", "cpu"]}
+                for h in FIXTURE_HOSTS}
+    inventory = local_inventory(list(FIXTURE_HOSTS), hostvars)
+    outcome = _run("exemplar.tune.facts", {}, inventory)
+    for host in FIXTURE_HOSTS:
+        assert _facts(outcome, host) == gather_facts(Sysroot(str(SYSROOTS / host)), ["vm", "cpu"])
+    given = FIXTURE_HOSTS[0]
+    outcome = _run("exemplar.tune.facts", {"sysroot": str(SYSROOTS / given), "layers": ["gpu"]},
+                   inventory)
+    for host in FIXTURE_HOSTS:
+        assert _facts(outcome, host) == gather_facts(Sysroot(str(SYSROOTS / given)), ["gpu"])
+
+
+def test_as_json_returns_the_same_facts_as_one_text():
+    root = str(SYSROOTS / FIXTURE_HOSTS[0])
+    plain = _facts(_run("exemplar.tune.facts", {"sysroot": root}))
+    result = _run("exemplar.tune.facts", {"sysroot": root, "as_json": True}).hosts["localhost"]
+    res = result.tasks[-1]["result"]
+    assert "ansible_facts" not in res and json.loads(res["exemplar_tune_json"]) == plain

@@ -145,3 +145,22 @@ def test_missing_run_id_fails_in_one_line(host):
     assert result.status == "failed"
     assert result.message.startswith("run_id is required to change anything")
     assert tree_state(host) == before
+
+
+def test_a_task_without_arguments_reads_the_host_variables(host: Path):
+    """``exemplar.tune.layer: {}``: the layers, profile, sysroot and knob variables come from
+    the host's variables (the action plugin, on the controller); a knob switched off there
+    (cpu_governor: false) is left alone while the rest of the layer is audited."""
+    hostvars = {"exemplar_sysroot": str(host), "exemplar_layers": ["cpu"],
+                "exemplar_profile": PROFILE, **VARIABLES}
+
+    def audit(**more):
+        inventory = local_inventory(["localhost"], {"localhost": {**hostvars, **more}})
+        outcome = AnsibleRun(inventory, timeout=300, check=True).module("exemplar.tune.layer", {})
+        result = outcome.hosts["localhost"]
+        assert result.status in ("ok", "changed"), result.message
+        return {k["knob"] for k in result.tasks[-1]["result"]["knobs"] if k["changed"]}
+
+    assert "governor" in audit()  # policy3 is powersave in the fixture
+    assert "governor" not in audit(cpu_governor=False)
+    assert audit(cpu_governor=False) == audit() - {"governor"}

@@ -12,6 +12,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+from tests.conftest import SYSROOTS
+
 
 def test_absolute_symlink_resolves_inside_root(tmp_path):
     (tmp_path / "dev").mkdir()
@@ -137,3 +139,19 @@ def test_a_missing_live_command_is_remembered_per_sysroot(tmp_path, monkeypatch)
     assert second.value is not first.value
     assert (second.value.path, second.value.reason) == (first.value.path, first.value.reason)
     assert Sysroot("/").command("nvidia-smi-q-x.xml").stdout.strip() == "<nvidia_smi_log/>"
+
+
+def test_remembered_directories_resolve_as_a_fresh_walk(tmp_path):
+    """Paths resolved after others (sharing their directories) resolve exactly as each does
+    alone, through relative, absolute, chained and escaping links and ``..``."""
+    tree = shutil.copytree(SYSROOTS / "h100-x86", tmp_path / "t", symlinks=True)
+    (tree / "sys/bus").mkdir(parents=True, exist_ok=True)
+    os.symlink("../devices", tree / "sys/bus/dev")  # relative, chained through sys/devices
+    os.symlink("/sys/bus/dev", tree / "alias")  # absolute, onto a link
+    os.symlink("../../../..", tree / "sys/bus/up")  # climbs above the root
+    paths = [str(p.relative_to(tree)) for p in tree.rglob("*")]
+    paths += ["alias/system/cpu/cpu0", "sys/bus/up/etc/passwd", "sys/bus/dev/../bus/dev/system",
+              "alias/../alias/system/cpu/online", "sys/bus/up/../sys/bus/dev/system"]
+    shared = Sysroot(str(tree))
+    for rel in paths + paths[::-1]:
+        assert shared.path(rel) == Sysroot(str(tree)).path(rel), rel

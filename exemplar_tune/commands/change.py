@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_loop_options
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.fleet import reaper
@@ -56,7 +57,7 @@ after a reboot (kernel arguments) are reported as such, never as done.
 
 
 def _add_apply(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("apply", help="apply one layer's fixes (journaled, restorable)",
+    cmd = sub.add_parser("apply", help=SUMMARIES["apply"],
                          description="Move hosts to the profile's target for one layer, "
                          "with a journal per run.", epilog=APPLY_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,9 +88,8 @@ already restored are left alone; a host the ledger saw change whose journal is m
 
 def _add_restore(sub: argparse._SubParsersAction) -> None:
     """``restore`` and its synonym ``rollback`` (the word used for a killed experiment)."""
-    for name, summary in (("restore", "put back what a run changed"),
-                          ("rollback", "the same as restore: every layer of an experiment")):
-        cmd = sub.add_parser(name, help=summary,
+    for name in ("restore", "rollback"):
+        cmd = sub.add_parser(name, help=SUMMARIES[name],
                              description="Restore every host a run touched (also one whose "
                              "controller died), newest change first, from the host journals.",
                              epilog=RESTORE_EPILOG,
@@ -98,7 +98,7 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
         cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
         cmd.add_argument("--ledger", type=Path)
         cmd.set_defaults(func=cmd_restore)
-    cmd = sub.add_parser("abandon", help="close an experiment that cannot be rolled back",
+    cmd = sub.add_parser("abandon", help=SUMMARIES["abandon"],
                          description="Close an unfinished experiment whose hosts are gone for "
                          "good (rollback cannot reach them): it is marked failed, with who "
                          "abandoned it, and no longer reported as unfinished. Nothing on any host "
@@ -125,7 +125,7 @@ exit codes: 0 no drift, 1 drift or a host failed or was unreachable, 2 usage/inp
 
 
 def _add_audit(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("audit", help="drift report: the roles in check mode with diff",
+    cmd = sub.add_parser("audit", help=SUMMARIES["audit"],
                          description="Compare hosts with the profile's targets, knob by knob, "
                          "without changing anything. Exit 1 on drift.", epilog=AUDIT_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -273,7 +273,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """``exemplar-tune audit``: the roles in check mode with diff; exit 1 on drift."""
     name, extravars = profile_vars(args.profile)
     if args.layer:
-        extravars["exemplar_audit_layers"] = args.layer
+        extravars["exemplar_layers"] = args.layer
     result = run_playbook(runner(args, check=True), "audit", extravars)
     doc = {"profile": name, **result, "drift": group_drift(result["hosts"])}
     if args.format == "prometheus":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.experiments import print_gap
@@ -41,7 +42,7 @@ The same seed gives the same decisions. The pieces: exemplar-tune sim --help.
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``, which runs the real commands as the command line's parser
     (``args.command_parser``) parses them."""
-    cmd = sub.add_parser("demo", help="see it all on a simulated cluster (about 2 minutes)",
+    cmd = sub.add_parser("demo", help=SUMMARIES["demo"],
                          description="Build a simulated GPU cluster, run preflight, tune every "
                          "layer and write the report.", epilog=DEMO_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.diagnose import DiagnoseError, compare_reports, diagnose_paths
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 
@@ -34,7 +35,7 @@ exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised
 
 
 def _add_diagnose(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("diagnose", help="analyse captured signals (turbostat, perf, logs ...)",
+    cmd = sub.add_parser("diagnose", help=SUMMARIES["diagnose"],
                          description="Analyse files captured on a node or from a job and map "
                          "what they show to layers and checks.", epilog=DIAGNOSE_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_loop_options
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.fleet import reaper
@@ -49,7 +50,7 @@ Try it on a simulated cluster: exemplar-tune demo; exemplar-tune sim --help.
 
 
 def _add_tune(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("tune", help="walk every layer: measure, keep or restore",
+    cmd = sub.add_parser("tune", help=SUMMARIES["tune"],
                          description="The measured loop over every layer in preflight order.",
                          epilog=TUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_change_target(cmd)
@@ -64,7 +65,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_resume(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("resume", help="continue an experiment whose controller died",
+    cmd = sub.add_parser("resume", help=SUMMARIES["resume"],
                          description="Continue an interrupted tune/apply experiment: the layer "
                          "it was measuring is restored from the host journals and measured "
                          "again, decided layers stay as they are, the remaining layers follow.")
@@ -77,14 +78,14 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_history(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("history", help="past experiments from the ledger",
+    cmd = sub.add_parser("history", help=SUMMARIES["history"],
                          description="The newest experiments in the ledger (tune, apply, "
                          "sweep), one per line: id, kind, status, start, profile.")
     cmd.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.add_argument("--ledger", type=Path)
     cmd.set_defaults(func=cmd_history)
-    show = sub.add_parser("show", help="one experiment: layers, samples, decisions",
+    show = sub.add_parser("show", help=SUMMARIES["show"],
                           description="One experiment as the ledger holds it: its layers and "
                           "their status, the hosts changed, every benchmark run, the decisions "
                           "and the events. 'latest' is the newest experiment.")
@@ -92,7 +93,7 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.add_argument("--ledger", type=Path)
     show.set_defaults(func=cmd_show)
-    report = sub.add_parser("report", help="an experiment as Markdown or HTML",
+    report = sub.add_parser("report", help=SUMMARIES["report"],
                             description="Render one experiment: decisions with their numbers, "
                             "a waterfall of the gap closed per layer, step-time distributions.")
     report.add_argument("experiment", metavar="EXPERIMENT|latest")

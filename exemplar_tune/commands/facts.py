@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK
 from exemplar_tune.facts import collect_facts
@@ -46,7 +47,7 @@ and /dev/cpu_dma_latency.
 
 
 def _add_facts(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("facts", help="print the facts of each layer",
+    cmd = sub.add_parser("facts", help=SUMMARIES["facts"],
                          description="Gather the per-layer facts of this host, of a captured "
                          "host (--sysroot) or of an inventory (-i).", epilog=FACTS_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,7 +61,7 @@ def _add_facts(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_snapshot(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("snapshot", help="capture this host into one archive",
+    cmd = sub.add_parser("snapshot", help=SUMMARIES["snapshot"],
                          description="Capture what the fact readers need from this host into "
                          "one .tar.gz, to be read later with --sysroot.", epilog=SNAPSHOT_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

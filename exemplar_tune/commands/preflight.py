@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
 from exemplar_tune.commands.slurm import add_prolog_option
 from exemplar_tune.errors import UserError
@@ -44,7 +45,7 @@ exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 us
 
 
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("preflight", help="check every layer against a profile",
+    cmd = sub.add_parser("preflight", help=SUMMARIES["preflight"],
                          description="Run the ordered preflight: GPU health, Grace/VM "
                          "readiness, CPU power and placement, runtime topology, fabric, "
                          "workload.", epilog=PREFLIGHT_EPILOG,

@@ -7,6 +7,7 @@ import json
 
 import yaml
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_OK
 from exemplar_tune.profile import load_profile, shipped_profiles
 
@@ -32,7 +33,7 @@ Mappings merge key by key, lists and values are replaced, null deletes a key the
 
 
 def _add_profile(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("profile", help="list profiles; show one merged and validated",
+    cmd = sub.add_parser("profile", help=SUMMARIES["profile"],
                          description="The shipped profiles, and any profile as the commands "
                          "see it: its extends chain merged, validated.", epilog=PROFILE_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

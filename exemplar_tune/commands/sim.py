@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.orchestration.tune import HOSTS_VARIABLE
 from exemplar_tune.sim.bench import bench_lines
@@ -36,7 +37,7 @@ what the next benchmark run sees. The model and every parameter: DIR/scenario.ya
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``sim`` and its subcommands."""
-    sim = sub.add_parser("sim", help="a simulated GPU cluster: create, benchmark, COLL log, boot",
+    sim = sub.add_parser("sim", help=SUMMARIES["sim"],
                          description="Build and drive a simulated cluster.", epilog=SIM_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = sim.add_subparsers(dest="sim_command", metavar="STEP", required=True)

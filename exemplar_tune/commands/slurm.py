@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.fleet.lock import hold_hosts
 from exemplar_tune.runs import state_dir
@@ -59,7 +60,7 @@ def _prolog_or(preflight: Callable[[argparse.Namespace], int]
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``exemplar-tune slurm drain|resume``."""
-    group = sub.add_parser("slurm", help="drain or resume Slurm nodes from a preflight result",
+    group = sub.add_parser("slurm", help=SUMMARIES["slurm"],
                            description="Act on the Slurm nodes of a fleet: drain the hosts "
                            "whose preflight failed, resume the ones drained by exemplar-tune.",
                            epilog=SLURM_EPILOG,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from exemplar_tune.checks.fabric import fabric_identity
+from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_change_target
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
@@ -71,7 +72,7 @@ Try it: exemplar-tune sim create /tmp/c; see README "Fabric sweep".
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    cmd = sub.add_parser("sweep", help="choose NCCL fabric settings by measurement",
+    cmd = sub.add_parser("sweep", help=SUMMARIES["sweep"],
                          description="Measure candidate values of NCCL settings on the target "
                          "fabric at the workload's message sizes and keep the best, if any "
                          "beats the hosts' current value.", epilog=SWEEP_EPILOG,

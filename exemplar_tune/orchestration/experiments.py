@@ -205,7 +205,7 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
     """Print the plan: per layer the knobs that would change where; the benchmarks."""
     print(f"plan (dry run, nothing changes): profile {profile['name']}")
     result = run_playbook(runner(args, check=True), "audit", {  # every layer in one run
-        "exemplar_profile": profile, "exemplar_audit_layers": layers})
+        "exemplar_profile": profile, "exemplar_layers": layers})
     changing = 0
     for layer in layers:
         knobs = {h: [k for k in d["changed"] if k["layer"] == layer]

@@ -12,10 +12,11 @@ options:
     description:
       - The host's BMC, reached over Redfish (HTTPS, basic authentication) from where the module
         runs - the node itself for remote hosts, the controller for local-connection hosts.
-      - The playbooks and roles fill it from the inventory variables C(exemplar_bmc_address),
-        C(exemplar_bmc_user), C(exemplar_bmc_password) (Ansible Vault, or the controller's
-        environment variable C(EXEMPLAR_BMC_PASSWORD)), C(exemplar_bmc_ca) and
-        C(exemplar_bmc_validate_certs) through the C(exemplar.tune.bmc) lookup.
+      - Left out, C(exemplar.tune.facts), C(layer) and C(restore) fill it on the controller
+        from the inventory variables C(exemplar_bmc_address), C(exemplar_bmc_user),
+        C(exemplar_bmc_password) (Ansible Vault, or the controller's environment variable
+        C(EXEMPLAR_BMC_PASSWORD)), C(exemplar_bmc_ca) and C(exemplar_bmc_validate_certs), as
+        the C(exemplar.tune.bmc) lookup does; the other modules take it from that lookup.
       - Absent, or without C(address), means no BMC is configured.
     type: dict
     suboptions:

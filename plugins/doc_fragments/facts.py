@@ -14,6 +14,7 @@ options:
         (a captured bundle unpacked by C(exemplar-tune), or a test fixture).
       - With a sysroot no host command is executed; command outputs are read from
         C(<sysroot>/.exemplar/commands/).
+      - Left out of C(exemplar.tune.facts), the host variable C(exemplar_sysroot), else C(/).
     type: path
     default: /
 notes:

@@ -47,10 +47,8 @@ _raw:
 from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
-    ROLE_LAYERS,
-    UnknownLayer,
-    get_layer,
+from ansible_collections.exemplar.tune.plugins.plugin_utils.knob_variable_names import (
+    LAYER_VARIABLES,
 )
 
 
@@ -59,12 +57,14 @@ class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):  # noqa: D102 - Ansible's signature
         variables = variables or {}
-        try:
-            layers = [get_layer(name) for name in (terms or ROLE_LAYERS)]
-        except UnknownLayer as exc:
-            raise AnsibleError(str(exc)) from None
-        names = dict.fromkeys(v for layer in layers for knob in layer.knobs
-                              for v in knob.variables())
+        unknown = [name for name in terms if name not in LAYER_VARIABLES]
+        if unknown:
+            raise AnsibleError(f"unknown layer {unknown[0]!r}; layers with knobs: "
+                               f"{', '.join(LAYER_VARIABLES)}")
+        # the registry's names as generated data: importing the registry in every host's
+        # worker would compile it from source each time
+        names = dict.fromkeys(v for layer in (terms or LAYER_VARIABLES)
+                              for v in LAYER_VARIABLES[layer])
         found = {name: self._templar.template(variables[name]) for name in names
                  if name in variables}
         if "runtime_topo_content" in names and "runtime_topo_content" not in found:

@@ -71,6 +71,7 @@ class Sysroot:
         self._record = record
         self._outputs: dict[str, CommandOutput | NotSupported] = {}
         self._links: dict[str, str | None] = {}
+        self._prefixes: dict[str, tuple[tuple[str, ...], int]] = {}
 
     def __repr__(self) -> str:
         return f"Sysroot({self.root!r})"
@@ -89,26 +90,37 @@ class Sysroot:
         return self._resolve_inside(rel)
 
     def _resolve_inside(self, rel: str) -> str:
-        """Resolve ``rel`` component by component, keeping every symlink inside the root."""
-        parts = [p for p in rel.split("/") if p not in ("", ".")]
-        done: list[str] = []
-        hops = 0
+        """Resolve ``rel`` component by component, keeping every symlink inside the root.
+
+        The resolution of every leading part of ``rel`` is remembered (as the links it went
+        through are), so the files of one directory resolve their directory once.
+        """
+        given = [p for p in rel.split("/") if p not in ("", ".")]
+        start = next((k for k in range(len(given) - 1, 0, -1)
+                      if "/".join(given[:k]) in self._prefixes), 0)
+        done, hops = self._prefixes["/".join(given[:start])] if start else ((), 0)
+        done = list(done)
+        parts = given[start:]
+        unread = len(parts)  # the given parts not consumed yet (the rest came from links)
         while parts:
+            given_part = len(parts) == unread
             part = parts.pop(0)
             if part == "..":
                 if done:
                     done.pop()
-                continue
-            target = self._link_target("/".join((*done, part)))
-            if target is not None:
+            elif (target := self._link_target("/".join((*done, part)))) is not None:
                 hops += 1
                 if hops > MAX_SYMLINKS:
                     raise UnsafePath(self.display(rel), "too many levels of symbolic links")
                 if target.startswith("/"):
                     done = []
                 parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-                continue
-            done.append(part)
+            else:
+                done.append(part)
+            if given_part:
+                unread -= 1
+            if len(parts) == unread:  # every part so far resolved: remember where it led
+                self._prefixes["/".join(given[:len(given) - unread])] = (tuple(done), hops)
         return os.path.join(self.root, *done)
 
     def _link_target(self, inner: str) -> str | None:

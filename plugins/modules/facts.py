@@ -16,11 +16,21 @@ version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
   layers:
-    description: Layers to gather, in any order; the result is always in preflight order.
+    description:
+      - Layers to gather, in any order; the result is always in preflight order.
+      - Left out, the host variable C(exemplar_layers), else every layer.
     type: list
     elements: str
     choices: [gpu, vm, cpu, runtime, fabric, workload]
     default: [gpu, vm, cpu, runtime, fabric, workload]
+  as_json:
+    description:
+      - Return the facts as one JSON text in C(exemplar_tune_json) instead of as
+        C(ansible_facts). Ansible then carries one string per host instead of walking a
+        nested result (facts cleaning, copies for every callback), which a controller that
+        parses the facts itself, such as C(exemplar-tune facts), pays on every host.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - exemplar.tune.attributes.reads
   - exemplar.tune.facts
@@ -31,9 +41,8 @@ EXAMPLES = r"""
 - name: Gather every layer
   exemplar.tune.facts:
 
-- name: Gather every layer, with the BIOS settings read from the host's BMC
+- name: Gather every layer, BIOS settings too where the host sets exemplar_bmc_address
   exemplar.tune.facts:
-    bmc: "{{ lookup('exemplar.tune.bmc') }}"
 
 - name: Gather the cpu and runtime layers of a captured host
   exemplar.tune.facts:
@@ -44,13 +53,17 @@ EXAMPLES = r"""
 RETURN = r"""
 ansible_facts:
   description: Facts under C(exemplar_tune), one key per gathered layer.
-  returned: always
+  returned: unless I(as_json)
   type: dict
   contains:
     exemplar_tune:
       description: Layer name -> that layer's facts, plus C(sources) and C(errors) per layer.
       type: dict
       sample: {"cpu": {"cpuidle": {"driver": "intel_idle"}, "sources": {}, "errors": []}}
+exemplar_tune_json:
+  description: The same facts as C(ansible_facts.exemplar_tune), as one JSON text.
+  returned: when I(as_json)
+  type: str
 layers:
   description: The layers gathered.
   returned: always

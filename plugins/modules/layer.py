@@ -22,13 +22,16 @@ version_added: "0.2.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
   layers:
-    description: Layers to apply, in the order given; the layer registry's layers with knobs.
+    description:
+      - Layers to apply, in the order given; the layer registry's layers with knobs.
+      - Left out, the host variable C(exemplar_layers), else every layer with knobs.
     type: list
     elements: str
-    required: true
     choices: [gpu, vm, cpu, runtime, fabric]
   profile:
-    description: The exemplar-tune profile; each layer reads its own section.
+    description:
+      - The exemplar-tune profile; each layer reads its own section.
+      - Left out, the host variable C(exemplar_profile).
     type: dict
     default: {}
   profile_by_arch:
@@ -36,12 +39,15 @@ options:
       - Used when C(profile) is empty - candidate profiles by machine architecture
         (C(aarch64), C(x86_64); C(*) for any other); the host's own architecture picks one.
         This is how C(exemplar-tune apply|audit --profile auto) reaches a mixed fleet.
+      - Left out, the host variable C(exemplar_profile_by_arch).
     type: dict
   variables:
     description:
       - Role variables - knob switches (C(cpu_governor=false)), target overrides
         (C(cpu_governor_target)) and settings (C(cpu_housekeeping_units)). Unset ones take the
         registry's defaults; see each role's argument specification.
+      - Left out, the knob variables of the layers named that the host sets (the
+        C(exemplar.tune.knob_variables) lookup, read on the controller).
     type: dict
     default: {}
   knobs:
@@ -52,9 +58,12 @@ options:
     description:
       - Names the host-local journal (C(/var/lib/exemplar-tune/journal/<run_id>.json)).
         Required unless in check mode.
+      - Left out, the host variable C(exemplar_run_id).
     type: str
   sysroot:
-    description: Directory that mirrors C(/) of the host to change instead of the live system.
+    description:
+      - Directory that mirrors C(/) of the host to change instead of the live system.
+      - Left out, the host variable C(exemplar_sysroot), else C(/).
     type: path
     default: /
 extends_documentation_fragment:
@@ -136,7 +145,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 def main() -> None:
     """Module entry point."""
     module = AnsibleModule(argument_spec={
-        "layers": {"type": "list", "elements": "str", "required": True,
+        "layers": {"type": "list", "elements": "str", "default": list(ROLE_LAYERS),
                    "choices": list(ROLE_LAYERS)},
         "profile": {"type": "dict", "default": {}},
         "profile_by_arch": {"type": "dict"},

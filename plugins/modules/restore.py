@@ -27,7 +27,9 @@ options:
     type: list
     elements: str
   sysroot:
-    description: Directory that mirrors C(/) of the host (the journal lives inside it).
+    description:
+      - Directory that mirrors C(/) of the host (the journal lives inside it).
+      - Left out, the host variable C(exemplar_sysroot), else C(/).
     type: path
     default: /
   missing_ok:

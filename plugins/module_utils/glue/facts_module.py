@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -19,7 +20,8 @@ def run_facts_module() -> None:
     """Run ``exemplar.tune.facts``: the layers named by its ``layers`` option, one key each."""
     spec = {"sysroot": dict(SYSROOT_OPTION), "bmc": dict(BMC_OPTION),
             "layers": {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
-                       "choices": list(LAYER_NAMES)}}
+                       "choices": list(LAYER_NAMES)},
+            "as_json": {"type": "bool", "default": False}}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     names = module.params["layers"]
     sysroot = module.params["sysroot"]
@@ -27,4 +29,6 @@ def run_facts_module() -> None:
         module.fail_json(msg=f"sysroot {sysroot} is not a directory")
     context = {"bmc": BmcConfig.from_params(module.params.get("bmc"))}
     facts = gather_facts(Sysroot(sysroot), names, context)
+    if module.params["as_json"]:
+        module.exit_json(changed=False, exemplar_tune_json=json.dumps(facts), layers=names)
     module.exit_json(changed=False, ansible_facts={"exemplar_tune": facts}, layers=names)

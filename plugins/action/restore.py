@@ -1,0 +1,12 @@
+"""Action of ``exemplar.tune.restore``: ``run_id``, ``sysroot`` and ``bmc`` from the host when
+the task leaves them out (see ``plugin_utils.host_options``)."""
+
+from __future__ import annotations
+
+from ansible_collections.exemplar.tune.plugins.plugin_utils.host_options import HostOptionsAction
+
+
+class ActionModule(HostOptionsAction):
+    """Runs ``exemplar.tune.restore``."""
+
+    OPTIONS = ("run_id", "sysroot", "bmc")
