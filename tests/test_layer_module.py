@@ -164,3 +164,13 @@ def test_a_task_without_arguments_reads_the_host_variables(host: Path):
     assert "governor" in audit()  # policy3 is powersave in the fixture
     assert "governor" not in audit(cpu_governor=False)
     assert audit(cpu_governor=False) == audit() - {"governor"}
+
+
+def test_the_earlier_audit_layers_variable_still_chooses_the_layers(host: Path):
+    hostvars = {"exemplar_sysroot": str(host), "exemplar_audit_layers": ["fabric"],
+                "exemplar_profile": PROFILE, **VARIABLES}
+    outcome = AnsibleRun(local_inventory(["localhost"], {"localhost": hostvars}), timeout=300,
+                         check=True).module("exemplar.tune.layer", {})
+    result = outcome.hosts["localhost"]
+    assert result.status in ("ok", "changed"), result.message
+    assert [layer["layer"] for layer in result.tasks[-1]["result"]["layers"]] == ["fabric"]

@@ -22,36 +22,32 @@ PROFILE_HELP = ("targets: a shipped profile, a YAML file, or 'auto' (the default
 def add_host_options(cmd: argparse.ArgumentParser) -> None:
     """The hosts a reading command (``facts``, ``preflight``) looks at: this host, a capture
     (``--sysroot``) or an inventory, with ``--limit``, ``--forks`` and ``--timeout``."""
-    target = cmd.add_mutually_exclusive_group()
-    target.add_argument("--sysroot", metavar="PATH",
-                        help="read a captured host: a directory mirroring / or a snapshot archive")
-    target.add_argument("-i", "--inventory", metavar="INVENTORY",
-                        help="Ansible inventory (file, directory or host list); default: this host")
-    cmd.add_argument("--limit", metavar="PATTERN",
-                     help="only these hosts of -i: an Ansible pattern or a hostlist "
-                     "('node[01-04],!node03')")
-    cmd.add_argument("--forks", type=int, default=10, metavar="N",
-                     help="hosts worked on in parallel (default 10)")
-    cmd.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
-                     help="give up on the whole Ansible run after this long (default 600)")
+    _add_hosts(cmd, ("PATH", "read a captured host: a directory mirroring / or a snapshot "
+                     "archive"),
+               "Ansible inventory (file, directory or host list); default: this host", 600)
 
 
 def add_change_target(cmd: argparse.ArgumentParser,
                       formats: tuple[str, ...] = ("table", "json")) -> None:
     """The hosts a changing command works on (a sysroot or an inventory, ``--limit``,
     ``--forks``, ``--timeout``) and its ``--format`` choices."""
+    _add_hosts(cmd, ("DIR", "work inside DIR (a directory mirroring /) as a one-host inventory"),
+               "Ansible inventory", 1800)
+    cmd.add_argument("--format", choices=formats, default="table")
+
+
+def _add_hosts(cmd: argparse.ArgumentParser, sysroot: tuple[str, str], inventory: str,
+               timeout: int) -> None:
     target = cmd.add_mutually_exclusive_group()
-    target.add_argument("--sysroot", metavar="DIR",
-                        help="work inside DIR (a directory mirroring /) as a one-host inventory")
-    target.add_argument("-i", "--inventory", metavar="INVENTORY", help="Ansible inventory")
+    target.add_argument("--sysroot", metavar=sysroot[0], help=sysroot[1])
+    target.add_argument("-i", "--inventory", metavar="INVENTORY", help=inventory)
     cmd.add_argument("--limit", metavar="PATTERN",
-                     help="only these inventory hosts: an Ansible pattern or a hostlist "
+                     help="only these hosts: an Ansible pattern or a hostlist "
                      "('node[01-04],!node03', 'gpu*', 'rack1')")
     cmd.add_argument("--forks", type=int, default=10, metavar="N",
                      help="hosts worked on at once (default 10)")
-    cmd.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
-                     help="give up on an Ansible run after this long (default 1800)")
-    cmd.add_argument("--format", choices=formats, default="table")
+    cmd.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                     help=f"give up on the whole Ansible run after this long (default {timeout})")
 
 
 def check_layers(names: list[str] | None) -> None:

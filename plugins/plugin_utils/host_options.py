@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
+from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
 # option -> the host variable that gives it when the task leaves it out
@@ -25,6 +26,8 @@ HOST_VARIABLES = {
     "profile_by_arch": "exemplar_profile_by_arch",
     "run_id": "exemplar_run_id",
 }
+# earlier names of those variables, still read (with a deprecation warning)
+RENAMED = {"exemplar_audit_layers": "exemplar_layers"}
 
 
 def module_args(action: ActionBase, task_vars: dict[str, Any],
@@ -44,9 +47,21 @@ def module_args(action: ActionBase, task_vars: dict[str, Any],
         elif option == "variables":
             args["variables"] = _lookup(action, "exemplar.tune.knob_variables",
                                         list(args.get("layers") or []), task_vars)
-        elif HOST_VARIABLES[option] in task_vars:
-            args[option] = action._templar.template(task_vars[HOST_VARIABLES[option]])
+        elif (name := _variable(HOST_VARIABLES[option], task_vars)) is not None:
+            args[option] = action._templar.template(task_vars[name])
     return args
+
+
+def _variable(name: str, task_vars: dict[str, Any]) -> str | None:
+    """``name`` if the host sets it, else an earlier name of it that the host sets."""
+    if name in task_vars:
+        return name
+    for old, new in RENAMED.items():
+        if new == name and old in task_vars:
+            Display().deprecated(f"{old} is renamed {new}", version="0.3.0",
+                                 collection_name="exemplar.tune")
+            return old
+    return None
 
 
 def _lookup(action: ActionBase, name: str, terms: list[str], task_vars: dict[str, Any]) -> Any:
