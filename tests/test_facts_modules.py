@@ -128,3 +128,18 @@ def test_as_json_returns_the_same_facts_as_one_text():
     result = _run("exemplar.tune.facts", {"sysroot": root, "as_json": True}).hosts["localhost"]
     res = result.tasks[-1]["result"]
     assert "ansible_facts" not in res and json.loads(res["exemplar_tune_json"]) == plain
+
+
+def test_async_runs_through_the_action(tmp_path):
+    """``async`` with ``poll`` works as for any module: the action hands the wrapped module on."""
+    playbook = tmp_path / "async.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - exemplar.tune.facts: {layers: [vm]}\n      async: 60\n      poll: 1\n"
+        "      register: got\n"
+        "    - ansible.builtin.assert:\n"
+        "        that: got.ansible_facts.exemplar_tune.vm.sources | length > 0\n")
+    host = FIXTURE_HOSTS[0]
+    inventory = local_inventory([host], {host: {"exemplar_sysroot": str(SYSROOTS / host)}})
+    outcome = AnsibleRun(inventory, timeout=120).playbook(playbook)
+    assert outcome.status == "successful", outcome.hosts[host].message

@@ -74,12 +74,17 @@ class HostOptionsAction(ActionBase):
 
     OPTIONS: tuple[str, ...] = ()
     _supports_check_mode = True
+    _supports_async = True
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run the module once, with the options the task left out filled from the host."""
+        """Run the module once, with the options the task left out filled from the host
+        (``async`` as for any module)."""
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         args = module_args(self, task_vars, self.OPTIONS)
-        result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars))
-        self._remove_tmp_path(self._connection._shell.tmpdir)
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        result = merge_hash(result, self._execute_module(module_args=args, task_vars=task_vars,
+                                                         wrap_async=wrap_async))
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
