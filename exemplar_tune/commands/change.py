@@ -22,7 +22,6 @@ from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.playbook_runs import (
     changed_hosts,
     claim_hosts,
-    end_leftovers,
     host_records,
     ledger_target,
     recorded,
@@ -30,7 +29,7 @@ from exemplar_tune.fleet.playbook_runs import (
     runner,
 )
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.orchestration.experiments import run_experiment
+from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment
 from exemplar_tune.profile import AUTO, profile_vars
 from exemplar_tune.reports.change import apply_lines, audit_lines, group_drift
 from exemplar_tune.reports.prometheus import audit_text, write_atomically

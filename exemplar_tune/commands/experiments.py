@@ -13,10 +13,10 @@ from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_loop_options
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.fleet import reaper
-from exemplar_tune.fleet.playbook_runs import claim_hosts, end_leftovers, recorded, runner
+from exemplar_tune.fleet.playbook_runs import claim_hosts, recorded, runner
 from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
 from exemplar_tune.orchestration.benchmark import load_benchmarks
-from exemplar_tune.orchestration.experiments import run_experiment, walk_layers
+from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment, walk_layers
 from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.profile import AUTO, load_profile
 from exemplar_tune.reports import sweep as sweep_report

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from exemplar_tune.errors import UserError
-from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.fleet.collection import collection_root
 from exemplar_tune.fleet.inventory import check_source, host_identities
@@ -24,7 +23,6 @@ from exemplar_tune.fleet.lock import hold_hosts
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
-from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
@@ -73,19 +71,6 @@ def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
                          f"{' '.join(str(exc).split())[:300]}")
         ledger.finish(experiment, "failed")
         raise
-
-
-def end_leftovers(ledger: Ledger, experiment: str) -> None:
-    """End what an earlier controller of ``experiment`` left running before this one touches
-    the hosts: its supervised Ansible and benchmark processes, and its Slurm jobs."""
-    for proc in reaper.tagged_processes(experiment):
-        reaper.end_tree(proc)
-    cancelled = cancel_jobs(submitted_jobs(ledger.show(experiment)["events"]))
-    if cancelled:
-        ledger.log_event(experiment, "warning", f"cancelled Slurm job(s) {', '.join(cancelled)} "
-                         "left by an earlier controller")
-        print(f"cancelled Slurm job(s) {', '.join(cancelled)} of experiment {experiment}",
-              file=sys.stderr)
 
 
 def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from exemplar_tune.preflight import preflight_hosts
 from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
+from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
 
 
 def check_measuring(canary: int, confidence: float, bounds: tuple[int, int], unit: str) -> None:
@@ -235,3 +237,14 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
     return EXIT_OK
 
 
+def end_leftovers(ledger: Ledger, experiment: str) -> None:
+    """End what an earlier controller of ``experiment`` left running before this one touches
+    the hosts: its supervised Ansible and benchmark processes, and its Slurm jobs."""
+    for proc in reaper.tagged_processes(experiment):
+        reaper.end_tree(proc)
+    cancelled = cancel_jobs(submitted_jobs(ledger.show(experiment)["events"]))
+    if cancelled:
+        ledger.log_event(experiment, "warning", f"cancelled Slurm job(s) {', '.join(cancelled)} "
+                         "left by an earlier controller")
+        print(f"cancelled Slurm job(s) {', '.join(cancelled)} of experiment {experiment}",
+              file=sys.stderr)
