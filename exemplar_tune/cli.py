@@ -20,7 +20,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYERS
 
 from exemplar_tune import __version__
 from exemplar_tune.commands import COMMANDS, SUMMARIES, groups
-from exemplar_tune.commands.options import QUIET_HELP
 from exemplar_tune.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
@@ -32,6 +31,8 @@ from exemplar_tune.ledger import Ledger, default_path as default_ledger_path
 from exemplar_tune.progress import set_quiet
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 
+QUIET_HELP = ("no progress on stderr (bars on a terminal, a line per step elsewhere); "
+              "results and errors still print")
 LAYER_HELP = "; ".join(f"{layer.name} = {layer.title}" for layer in LAYERS)
 
 

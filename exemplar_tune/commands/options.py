@@ -1,5 +1,5 @@
 """Options several commands share: the hosts to read or change, the profile, the measured
-loop, ``--quiet``."""
+loop."""
 
 from __future__ import annotations
 
@@ -10,10 +10,6 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_
 
 from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.orchestration.stats import BLOCK_RUNS, CONFIDENCE, MAX_RUNS, MIN_EFFECT, MIN_RUNS
-
-QUIET_HELP = ("no progress on stderr (bars on a terminal, a line per step elsewhere); "
-              "results and errors still print")
-
 
 PROFILE_HELP = ("targets: a shipped profile, a YAML file, or 'auto' (the default: each host "
                 "gets the shipped profile for its architecture, as preflight chooses)")
