@@ -98,10 +98,8 @@ def _setting_spec(setting: Setting) -> dict[str, Any]:
 def _knob_options(knobs: tuple[Knob, ...]) -> dict[str, dict[str, Any]]:
     options: dict[str, dict[str, Any]] = {}
     for knob in knobs:
-        if knob.switched:
-            options[knob.switch] = {"type": "bool", "default": True,
-                                    "description": f"Run the C({knob.name}) knob "
-                                                   f"({knob.summary})."}
+        options[knob.switch] = {"type": "bool", "default": True,
+                                "description": f"Run the C({knob.name}) knob ({knob.summary})."}
     for knob in knobs:
         for var, key in knob.overrides.items():
             options.setdefault(var, _override_spec(knob.layer, key, knob.profile_keys[key]))
@@ -214,7 +212,8 @@ def variable_names() -> str:
     """
     lines = []
     for layer in ROLE_LAYERS:
-        names = dict.fromkeys(v for knob in get_layer(layer).knobs for v in knob.variables())
+        names = dict.fromkeys(v for knob in get_layer(layer).knobs
+                              for v in (*knob.variables(), *knob.former))
         lines += [f'    "{layer}": (', *(f'        "{name}",' for name in names), "    ),"]
     body = "\n".join(lines)
     return ('"""Each layer\'s knob variables. Generated from the knob registry by\n'

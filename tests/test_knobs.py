@@ -104,8 +104,7 @@ def test_role_argument_specs_document_every_knob_variable_with_its_default(layer
     specs = yaml.safe_load((REPO / "roles" / layer / "meta/argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
     for knob in get_layer(layer).knobs:
-        if knob.switched:
-            assert options[knob.switch].get("default") is True, knob.switch
+        assert options[knob.switch].get("default") is True, knob.switch
         for name in knob.overrides:
             assert name in options, name
         for setting in knob.settings:
@@ -219,7 +218,7 @@ def test_two_knobs_editing_one_file_compose(h100):
     /etc/nccl.conf: the second knob plans on top of the first."""
     conf = h100 / "etc/nccl.conf"
     conf.write_text("NCCL_TOPO_FILE=/old/topo.xml\nNCCL_IB_QPS_PER_CONNECTION=1\n")
-    variables = {"runtime_require_in_container": False}
+    variables = {"runtime_require_in_container_target": False}
     plans = _plan(h100, "runtime", {"nccl_topo_file": "/etc/nccl/topo.xml"}, variables)
     stale = next(c for c in plans["nccl_conf"] if c.path == "/etc/nccl.conf")
     topo = next(c for c in plans["topo_file"] if c.path == "/etc/nccl.conf")
@@ -230,6 +229,9 @@ def test_two_knobs_editing_one_file_compose(h100):
 def test_switched_off_knobs_are_not_planned(h100):
     off = {f"cpu_{k.name}": False for k in get_layer("cpu").knobs}
     assert _plan(h100, "cpu", CPU, off) == {}
+    gpu = {"persistence_mode": False}  # h100-x86's GPUs have persistence on: a change
+    assert list(_plan(h100, "gpu", gpu)) == ["persistence_mode"]
+    assert _plan(h100, "gpu", gpu, {"gpu_persistence_mode": False}) == {}  # the switch
     with pytest.raises(HostStateError, match="cpu_governor: 'maybe' is not a boolean"):
         _plan(h100, "cpu", CPU, {"cpu_governor": "maybe"})
 

@@ -131,7 +131,7 @@ def test_bootloader_rebuild_runs_at_apply_and_again_at_restore(host, tmp_path):
 
 def test_injected_profile_text_is_refused_before_anything_changes(host):
     before = tree_state(host)
-    profile_text = {"cpu_deep_cstate_names": ["C6`touch /tmp/exemplar-pwned`"]}
+    profile_text = {"cpu_deep_cstate_names_target": ["C6`touch /tmp/exemplar-pwned`"]}
     result = _layer(host, ["cpu"], **profile_text)
     assert result.status == "failed"
     assert result.message.startswith("cpu.deep_cstates: cpu.deep_cstate_names: ")
@@ -174,3 +174,22 @@ def test_the_earlier_audit_layers_variable_still_chooses_the_layers(host: Path):
     result = outcome.hosts["localhost"]
     assert result.status in ("ok", "changed"), result.message
     assert [layer["layer"] for layer in result.tasks[-1]["result"]["layers"]] == ["fabric"]
+
+
+def test_a_knob_variable_by_its_earlier_name_is_read_with_a_deprecation(host: Path):
+    """``vm_iommu_default_domain`` (now ``vm_iommu_default_domain_target``) still overrides the
+    profile, with a deprecation warning; given both, the new name wins."""
+    def planned(**variables):
+        result = _layer(host, ["vm"], check=True, **variables)
+        assert result.status in ("ok", "changed"), result.message
+        task = result.tasks[-1]["result"]
+        return ([d["after"] for d in task["diff"]],
+                [d["msg"] for d in task.get("deprecations") or []])
+
+    new, none = planned(vm_iommu_default_domain_target="identity")
+    old, warned = planned(vm_iommu_default_domain="identity")
+    profile_only, _ = planned()
+    assert new == old != profile_only and none == []
+    assert warned == ["vm_iommu_default_domain is renamed vm_iommu_default_domain_target"]
+    assert planned(vm_iommu_default_domain="identity",
+                   vm_iommu_default_domain_target="DMA")[0] == profile_only

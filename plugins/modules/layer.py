@@ -45,7 +45,9 @@ options:
     description:
       - Role variables - knob switches (C(cpu_governor=false)), target overrides
         (C(cpu_governor_target)) and settings (C(cpu_housekeeping_units)). Unset ones take the
-        registry's defaults; see each role's argument specification.
+        registry's defaults; see each role's argument specification. A variable given by
+        an earlier name (C(vm_require_cmdqv) for C(vm_require_cmdqv_target)) is still read,
+        with a deprecation warning.
       - Left out, the knob variables of the layers named that the host sets (the
         C(exemplar.tune.knob_variables) lookup, read on the controller).
     type: dict
@@ -134,7 +136,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
     run_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import bmc_connector
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
@@ -156,6 +158,9 @@ def main() -> None:
         "bmc": dict(BMC_OPTION),
     }, supports_check_mode=True)
     params = module.params
+    for old, new in _renamed(params["layers"], params["variables"]):
+        module.deprecate(f"{old} is renamed {new}", version="0.3.0",
+                         collection_name="exemplar.tune")
     root = Sysroot(params["sysroot"])
     done: list[dict[str, Any]] = []
     journal = None
@@ -175,6 +180,12 @@ def main() -> None:
         module.warn(f"{action['check']}: {action['summary']} (what to do on the "
                     f"{action['where']}: manual_actions in the result)")
     module.exit_json(**summary)
+
+
+def _renamed(layers: list[str], variables: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(earlier name, name)`` of each knob variable given by a name it used to have."""
+    return sorted({pair for name in layers for knob in get_layer(name).knobs
+                   for pair in knob.renamed_in(variables)})
 
 
 def _by_arch(root: Sysroot, candidates: dict[str, Any]) -> dict[str, Any]:

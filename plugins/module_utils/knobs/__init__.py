@@ -1,7 +1,7 @@
 """What a knob is: one registered setting of a layer.
 
 A knob declares, once: its layer and name, the keys of the profile's layer section it reads
-(its target) with their JSON schema, the role variables that override them, its own settings
+(its target) with their JSON schema, its own settings
 (paths, unit lists ...) with their defaults, whether it needs a reboot, and a **planner**: a
 pure function ``(sysroot, target) -> list of changes`` (``changes.FileChange`` ...). The
 planner only reads; the change engine journals, writes, reads back and restores.
@@ -9,7 +9,10 @@ planner only reads; the change engine journals, writes, reads back and restores.
 Most knobs belong to a **family** (``knobs/families.py``: a sysctl, a sysfs attribute, a
 kernel argument, a key in a configuration file, a systemd drop-in property): one call there
 declares the knob, the fact that shows its state and, optionally, its preflight check
-(:class:`CheckSpec`); every other name of the setting is derived from the knob's name. Knobs
+(:class:`CheckSpec`). Every other name is derived by one rule: the switch variable is
+``<layer>_<knob>`` (``cpu_governor``), the variable overriding a profile key is
+``<layer>_<key>_target`` (``cpu_governor_target``), the check id is the knob's with ``-`` for
+``_`` (``cpu.governor``), and a family knob's fact is its name. Knobs
 that need real logic are written as planners and registered the same way. Each layer's
 knobs live in ``knobs/<layer>.py`` and are listed by the layer registry
 (``layers.Layer.knobs``); the role argument specs, the profile schema's knob keys and the
@@ -159,8 +162,10 @@ class Knob:
     ``planner`` (and ``after``, ``advice``) is a function, or the name of one in
     ``knobs/planners/<layer>.py``, imported when first used. ``profile_keys`` maps each key
     read from the profile's ``<layer>`` section to its JSON schema (with a ``description``;
-    the profile schema is generated from it); ``overrides`` maps role variables to the
-    profile key they override (a null variable means "from the profile"). ``state`` (family
+    the profile schema is generated from it); each key's role variable, ``<layer>_<key>_target``,
+    overrides it (a null variable means "from the profile"). ``former`` maps earlier names of
+    those variables to their key: still read when the new name is unset, reported by
+    :meth:`renamed_in`. ``state`` (family
     knobs) reads the setting back as a fact of the layer, and ``check`` declares the
     preflight check that compares it with the profile. ``doc`` is the role documentation's
     paragraph on the knob (default: its summary). ``after`` (optional) reads the state back
@@ -174,16 +179,15 @@ class Knob:
     summary: str
     planner: Planner | str
     profile_keys: dict[str, dict[str, Any]]
-    overrides: dict[str, str] = field(default_factory=dict)
     settings: tuple[Setting, ...] = ()
     facts: tuple[str, ...] = ()
     reboot: bool = False
     after: AfterCheck | str | None = None
     advice: Callable[[Target], list[dict[str, Any]]] | str | None = None
-    switched: bool = True  # False: no switch variable (its override already is one)
     state: State | None = None
     check: CheckSpec | None = None
     doc: str = ""
+    former: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -211,16 +215,26 @@ class Knob:
         """The boolean role variable that turns the knob off (``cpu_governor``)."""
         return f"{self.layer}_{self.name}"
 
+    @property
+    def overrides(self) -> dict[str, str]:
+        """Each role variable that overrides a profile key (``cpu_governor_target``), and
+        its key."""
+        return {f"{self.layer}_{key}_target": key for key in self.profile_keys}
+
     def variables(self) -> tuple[str, ...]:
         """Every role variable the knob reads: its switch, overrides and settings."""
-        return (*((self.switch,) if self.switched else ()), *self.overrides,
-                *(s.name for s in self.settings))
+        return (self.switch, *self.overrides, *(s.name for s in self.settings))
+
+    def renamed_in(self, variables: dict[str, Any]) -> list[tuple[str, str]]:
+        """``(earlier name, name)`` of each earlier-named variable set in ``variables``."""
+        return [(old, f"{self.layer}_{key}_target") for old, key in self.former.items()
+                if variables.get(old) is not None]
 
     def target(self, section: dict[str, Any], variables: dict[str, Any],
                facts: dict[str, Any], bmc: Any = None) -> Target:
         """The knob's target from the profile section and the role variables given."""
         want = {key: section.get(key) for key in self.profile_keys}
-        for var, key in self.overrides.items():
+        for var, key in (*self.former.items(), *self.overrides.items()):  # the new name wins
             if variables.get(var) is not None:
                 want[key] = variables[var]
         settings = {s.name: s.read(variables[s.name]) if variables.get(s.name) is not None

@@ -54,16 +54,14 @@ KNOBS: tuple[Knob, ...] = (
              "type": "array", "items": {"type": "string", "pattern": IDLE_STATE.pattern},
              "description": "idle states to allow, by name (default: the deepest state each "
                             "CPU exposes)"}},
-         {"cpu_deep_cstates_target": "deep_cstates",
-          "cpu_deep_cstate_names": "deep_cstate_names"},
          (Setting("cpu_cstates_udev_rule_path", "/etc/udev/rules.d/90-exemplar-cstates.rules",
                   "The udev rule that re-enables the idle states at boot and CPU online."),),
-         facts=("cpu.cpuidle",),
-         doc="C(deep_cstates) enables the deepest idle state (or C(cpu_deep_cstate_names)) on "
+         facts=("cpu.cpuidle",), former={"cpu_deep_cstate_names": "deep_cstate_names"},
+         doc="C(deep_cstates) enables the deepest idle state (or C(cpu.deep_cstate_names)) on "
              "every CPU now and writes a udev rule that does it again at boot and for CPUs "
              "brought online."),
     Knob("cpu", "cstate_cmdline", "remove the C-state limits from the kernel command line",
-         "plan_cstate_cmdline", DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
+         "plan_cstate_cmdline", DEEP_CSTATES,
          (Setting("cpu_cstate_cmdline_remove", ["intel_idle.max_cstate", "processor.max_cstate",
                                                 "idle", "intel_idle.states_off", "cpuidle.off"],
                   "Kernel parameters removed from the bootloader defaults."), GRUB_PATH,
@@ -73,7 +71,7 @@ KNOBS: tuple[Knob, ...] = (
              "effect after a reboot, which the role never does - it sets "
              "C(cpu_reboot_required) instead."),
     Knob("cpu", "tuned_profile", "switch tuned to a child profile without force_latency",
-         "plan_tuned_profile", DEEP_CSTATES, {"cpu_deep_cstates_target": "deep_cstates"},
+         "plan_tuned_profile", DEEP_CSTATES,
          (Setting("cpu_tuned_child_suffix", "-no-force-latency",
                   "Suffix of the child profile's name (C(<active><suffix>) under "
                   "C(/etc/tuned))."),),
@@ -88,7 +86,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("cpu", "turbo", "turbo allowed or not", "plan_turbo",
          {"turbo": {"type": "boolean",
                     "description": "turbo allowed (true) or forbidden (false)"}},
-         {"cpu_turbo_target": "turbo"}, facts=("cpu.cpufreq",),
+         facts=("cpu.cpufreq",),
          doc="C(turbo) sets intel_pstate C(no_turbo), else cpufreq C(boost) (runtime)."),
     Knob("cpu", "housekeeping", "confine housekeeping units to their CPUs, ban the others in "
          "irqbalance", "plan_housekeeping",
@@ -101,8 +99,6 @@ KNOBS: tuple[Knob, ...] = (
              "description": "CPU list (kernel cpulist format) that system.slice, user.slice "
                             "and init.scope are confined to; the rest is left to training "
                             "jobs"}},
-         {"cpu_housekeeping_confined": "housekeeping_confined",
-          "cpu_housekeeping_cpus": "housekeeping_cpus"},
          (Setting("cpu_housekeeping_units", list(HOUSEKEEPING_UNITS),
                   "systemd units confined to the housekeeping CPUs."),
           Setting("cpu_housekeeping_allow_job_units", False,
@@ -111,6 +107,8 @@ KNOBS: tuple[Knob, ...] = (
           Setting("cpu_irqbalance_path", "/etc/default/irqbalance",
                   "irqbalance's environment file (C(/etc/sysconfig/irqbalance) on RHEL).")),
          facts=("cpu.cgroup", "cpu.numa", "cpu.slurm_jobs"),
+         former={"cpu_housekeeping_confined": "housekeeping_confined",
+                 "cpu_housekeeping_cpus": "housekeeping_cpus"},
          doc="C(housekeeping) writes the units' cpusets now, the C(AllowedCPUs=) drop-ins for "
              "the next boot, and bans the other CPUs in irqbalance."),
     sysctl("cpu", "numa_balancing", "kernel.numa_balancing", "kernel.numa_balancing now and "
@@ -132,7 +130,7 @@ KNOBS: tuple[Knob, ...] = (
                            "tasks: a training job's many threads weigh as much as one shell's "
                            "build on a contended core")),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
-         "plan_bios", {"bios": BIOS_SCHEMA}, {"cpu_bios_target": "bios"},
+         "plan_bios", {"bios": BIOS_SCHEMA},
          (Setting("cpu_bios_apply_time", "OnReset",
                   "C(@Redfish.SettingsApplyTime) requested for BIOS changes where the BMC "
                   "lists it.", choices=("OnReset", "Immediate", "AtMaintenanceWindowStart",

@@ -73,7 +73,7 @@ class PlannedRoot(Sysroot):
 def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | None) -> list[Knob]:
     """The layer's knobs that are switched on (and named in ``only``, when given)."""
     return [k for k in layer.knobs
-            if (not k.switched or flag(variables.get(k.switch, True), k.switch))
+            if flag(variables.get(k.switch, True), k.switch)
             and (not only or k.name in only or k.id in only)]
 
 

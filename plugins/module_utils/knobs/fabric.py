@@ -17,9 +17,9 @@ KNOBS: tuple[Knob, ...] = (
                                             "pattern": "^[^\\x00-\\x1f\\x7f]{0,1023}$"},
                    "description": "NCCL_* settings the fabric is tuned for (found by sweep): "
                                   "one-line values; null removes the key"}},
-         {"fabric_nccl_settings": "nccl"},
          (Setting("fabric_nccl_conf_path", "/etc/nccl.conf",
                   "The system-wide NCCL configuration file."),),
+         former={"fabric_nccl_settings": "nccl"},
          doc="C(nccl_conf) writes the profile's C(fabric.nccl) keys into C(/etc/nccl.conf) with "
              "NCCL's own line rules, keeping every other line and comment byte for byte. The "
              "values should come from a sweep on this fabric (for example "

@@ -342,8 +342,7 @@ def _declare(state: Any, summary: str, settings: tuple[Setting, ...], check: Che
                          "string, a pattern")
     if check is not None and not check.fix:
         check = CheckSpec(check.severity, check.title, check.risk, state.fix, check.status)
-    return Knob(state.layer, state.fact, summary, state.plan, {state.fact: schema},
-                {f"{state.layer}_{state.fact}_target": state.fact}, settings,
+    return Knob(state.layer, state.fact, summary, state.plan, {state.fact: schema}, settings,
                 reboot=reboot, state=state, check=check, doc=doc)
 
 

@@ -19,10 +19,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("gpu", "persistence_mode", "persistence mode on every GPU", "plan_persistence",
          {"persistence_mode": {"type": "boolean",
                                "description": "persistence mode wanted (true - on)"}},
-         {"gpu_persistence_mode": "persistence_mode"},
          (Setting("gpu_persistence_gpus", [], "PCI addresses of the GPUs to change; empty: "
                   "every GPU nvidia-smi lists."),),
-         facts=("gpu.present",), after="check_persistence", switched=False,
+         facts=("gpu.present",), after="check_persistence",
          doc="C(persistence_mode) turns persistence mode on (or off) on each GPU whose state "
              "differs, with C(nvidia-smi -i <bdf> -pm 1); the journal keeps C(-pm 0) as the "
              "undo command. Without persistence the driver tears the GPU state down whenever "

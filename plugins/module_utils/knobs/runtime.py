@@ -12,8 +12,9 @@ TOPO_FILE = {"nccl_topo_file": {
 IN_CONTAINER = {"require_in_container": {
     "type": "boolean",
     "description": "the topology file and variable must reach the job container"}}
-TOPO_OVERRIDES = {"runtime_nccl_topo_file": "nccl_topo_file",
-                  "runtime_require_in_container": "require_in_container"}
+# the earlier names of the target variables (still read, with a deprecation warning)
+TOPO_FORMER = {"runtime_nccl_topo_file": "nccl_topo_file",
+               "runtime_require_in_container": "require_in_container"}
 ROLE_SUMMARY = ("Give every job, on the host and in its container, the right NCCL topology "
                 "file")
 ROLE_NOTES = ("Every change is journaled under the run id and put back by "
@@ -21,7 +22,7 @@ ROLE_NOTES = ("Every change is journaled under the run id and put back by "
 ROLE_OPTIONS = {
     "runtime_topo_source": {
         "type": "str", "default": "",
-        "description": "Controller-side topology file installed at C(runtime_nccl_topo_file) "
+        "description": "Controller-side topology file installed at C(runtime.nccl_topo_file) "
                        "(read with the C(ansible.builtin.file) lookup; a relative path is "
                        "searched in the role and playbook directories). Defaults to the "
                        "profile's C(runtime.topo_source). Set it as a host variable when hosts "
@@ -36,13 +37,14 @@ ROLE_OPTIONS = {
 
 KNOBS: tuple[Knob, ...] = (
     Knob("runtime", "nccl_conf", "remove stale NCCL_TOPO_FILE / NCCL_GRAPH_FILE lines",
-         "plan_nccl_conf", TOPO_FILE, {"runtime_nccl_topo_file": "nccl_topo_file"},
+         "plan_nccl_conf", TOPO_FILE,
          facts=("runtime.nccl_conf_topo_keys",),
+         former={"runtime_nccl_topo_file": "nccl_topo_file"},
          doc="C(nccl_conf) removes C(NCCL_TOPO_FILE) lines that name another file than the "
              "profile's, and C(NCCL_GRAPH_FILE) lines that name a missing file, from the NCCL "
              "configuration files (NVIDIA/nccl#1008), keeping every other line byte for byte."),
     Knob("runtime", "topo_file", "install the NCCL topology file and name it in nccl.conf",
-         "plan_topo_file", {**TOPO_FILE, **IN_CONTAINER}, TOPO_OVERRIDES,
+         "plan_topo_file", {**TOPO_FILE, **IN_CONTAINER},
          (Setting("runtime_topo_content", "", "Topology XML to install; normally rendered from "
                   "C(runtime_topo_template) or read from C(runtime_topo_source) on the "
                   "controller. When set, it wins over both. Empty - keep the host's file, "
@@ -50,25 +52,25 @@ KNOBS: tuple[Knob, ...] = (
           Setting("runtime_topo_mode", "0644", "Permission bits of the installed topology "
                   "file."),
           Setting("runtime_topo_in_nccl_conf", True,
-                  "Also set C(NCCL_TOPO_FILE) to C(runtime_nccl_topo_file) in "
+                  "Also set C(NCCL_TOPO_FILE) to C(runtime.nccl_topo_file) in "
                   "C(runtime_nccl_conf_path), so jobs that run on the host read the file too. "
-                  "Skipped where enroot is installed and C(runtime_require_in_container) is on "
+                  "Skipped where enroot is installed and C(runtime.require_in_container) is on "
                   "- the enroot entries carry it instead."),
           Setting("runtime_nccl_conf_path", "/etc/nccl.conf",
                   "The system-wide NCCL configuration file.")),
-         facts=("runtime.enroot",),
+         facts=("runtime.enroot",), former=TOPO_FORMER,
          doc="C(topo_file) installs the topology file the profile names "
              "(C(runtime.nccl_topo_file)) from a controller-side source, after checking that "
              "NCCL would accept it (a C(<system version=\"1\">) topology, parsed safely), and "
              "points C(NCCL_TOPO_FILE) at it in C(/etc/nccl.conf). With no source, a file "
              "already on the host is left as it is; a host without one fails."),
     Knob("runtime", "enroot_topo", "carry NCCL_TOPO_FILE and the file into every enroot "
-         "container", "plan_enroot_topo", {**TOPO_FILE, **IN_CONTAINER}, TOPO_OVERRIDES,
+         "container", "plan_enroot_topo", {**TOPO_FILE, **IN_CONTAINER},
          (Setting("runtime_enroot_environ_name", "50-nccl.env",
                   "File name in enroot's C(environ.d) holding C(NCCL_TOPO_FILE=<file>)."),
           Setting("runtime_enroot_mount_name", "50-nccl-topo.fstab",
                   "File name in enroot's C(mounts.d) holding the read-only bind of the file.")),
-         facts=("runtime.enroot",),
+         facts=("runtime.enroot",), former=TOPO_FORMER,
          doc="C(enroot_topo) writes C(environ.d/50-nccl.env) and C(mounts.d/50-nccl-topo.fstab) "
              "when enroot is installed, so every enroot and pyxis container gets the variable "
              "and the file; where pyxis is loaded it also prints the per-job "

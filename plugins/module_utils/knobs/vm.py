@@ -26,11 +26,11 @@ KNOBS: tuple[Knob, ...] = (
          "plan_cmdqv_params",
          {"require_cmdqv": {"type": "boolean",
                             "description": "arm64 hosts with SMMUv3 translation must use CMDQV"}},
-         {"vm_require_cmdqv": "require_cmdqv"},
          (Setting("vm_cmdqv_params_remove", ["arm_smmu_v3.disable_cmdqv",
                                              "arm_smmu_v3.bypass_vcmdq"],
                   "Kernel arguments removed."), GRUB_PATH, BOOTLOADER),
          facts=("vm.cmdqv", "vm.iommu", "vm.arch"), reboot=True, advice="manual_actions",
+         former={"vm_require_cmdqv": "require_cmdqv"},
          doc="C(cmdqv_params) removes C(arm_smmu_v3.disable_cmdqv) and "
              "C(arm_smmu_v3.bypass_vcmdq) from C(GRUB_CMDLINE_LINUX) and "
              "C(GRUB_CMDLINE_LINUX_DEFAULT); both are boot-time only (mode 0444 module "
@@ -39,8 +39,8 @@ KNOBS: tuple[Knob, ...] = (
          "plan_iommu",
          {"iommu_default_domain": {"enum": ["identity", "DMA", "DMA-FQ"],
                                    "description": "expected type of the IOMMU groups"}},
-         {"vm_iommu_default_domain": "iommu_default_domain"}, (GRUB_PATH, BOOTLOADER),
-         facts=("vm.arch",), reboot=True,
+         (GRUB_PATH, BOOTLOADER), facts=("vm.arch",), reboot=True,
+         former={"vm_iommu_default_domain": "iommu_default_domain"},
          doc="C(iommu_passthrough) sets the IOMMU default domain on the kernel command line - "
              "identity is C(iommu.passthrough=1) on aarch64 and C(iommu=pt) on x86_64; DMA and "
              "DMA-FQ remove the passthrough arguments (on x86_64 every C(iommu=) word) and add "
