@@ -457,10 +457,11 @@ def parse_nvidia_smi(text: str, source: str = SOURCE) -> dict[str, Any]:
 
 def no_gpu_message(text: str) -> str | None:
     """The first line of nvidia-smi's "no GPU / no driver" message in ``text``, if any."""
-    for line in text.splitlines():
-        if any(msg.lower() in line.lower() for msg in NO_GPU_MESSAGES):
-            return line.strip()
-    return None
+    messages = [msg.lower() for msg in NO_GPU_MESSAGES]
+    if not any(msg in text.lower() for msg in messages):  # the usual case, in one pass
+        return None
+    return next(line.strip() for line in text.splitlines()
+                if any(msg in line.lower() for msg in messages))
 
 
 def read_nvidia_smi(root: Sysroot) -> dict[str, Any]:
