@@ -21,17 +21,27 @@ from exemplar_tune.fleet.hostlist import compress
 Facts = dict[str, dict[str, Any]]
 
 
-def preflight_hosts(facts_by_host: dict[str, Facts], profile: dict[str, Any],
+def preflight_hosts(facts_by_host: dict[str, Facts],
+                    profiles: dict[str, dict[str, Any]] | dict[str, tuple[dict[str, Any], str]],
                     layers: list[str] | None, stop_at_first_failing_layer: bool,
                     unreachable: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run the checks on every host's facts and assemble the result document."""
+    """Run the checks on every host's facts and assemble the result document.
+
+    ``profiles``: one profile for every host, or per host its profile and why it was chosen
+    (``profile.host_profiles``); each host's result names its profile and the reason.
+    """
+    if "name" in profiles:  # one profile for all
+        profiles = {host: (profiles, "given") for host in facts_by_host}
     hosts = {}
     for host, facts in sorted(facts_by_host.items()):
+        profile, why = profiles[host]
         results = run_checks(facts, profile, layers, stop_at_first_failing_layer)
-        hosts[host] = {"status": worst(r.status for r in results),
-                       "results": [r.to_dict() for r in results]}
+        hosts[host] = {"status": worst(r.status for r in results), "profile": profile["name"],
+                       "profile_reason": why, "results": [r.to_dict() for r in results]}
+    names = sorted({h["profile"] for h in hosts.values()})
     return {
-        "tool": "exemplar-tune", "version": __version__, "profile": profile["name"],
+        "tool": "exemplar-tune", "version": __version__,
+        "profile": names[0] if len(names) == 1 else "auto (" + ", ".join(names) + ")",
         "layers": layers or None, "hosts": hosts, "unreachable": dict(unreachable or {}),
         "summary": dict(Counter(r["status"] for h in hosts.values() for r in h["results"])),
         "groups": group_by_check(hosts),

@@ -23,6 +23,11 @@ from typing import Any
 
 import jsonschema
 import yaml
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.identity import (
+    choose_profile,
+    describe,
+    identity_from_facts,
+)
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import read_input
@@ -47,28 +52,58 @@ def shipped_profiles() -> list[str]:
 
 
 AUTO = "auto"
-# The shipped profile each architecture gets from --profile auto ("*": every other one).
-PROFILE_BY_ARCH = {"aarch64": "gb200-grace", "*": "h100-x86"}
+
+
+@cache
+def auto_candidates() -> tuple[dict[str, Any], ...]:
+    """The shipped profiles ``auto`` chooses from (each with its ``match``), by name; loaded
+    once per process, shared: read them, never change them."""
+    return tuple(load_profile(name) for name in shipped_profiles())
+
+
+def auto_profile(facts: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The shipped profile for a host with these facts, and why: its hardware identity (the
+    GPUs by PCI device ID, the architecture), as the layer module chooses on the host."""
+    ident = identity_from_facts(facts)
+    chosen = choose_profile(list(auto_candidates()), ident)
+    if chosen is None:  # the shipped generic profile matches any host
+        raise ProfileError("no shipped profile matches: the generic profile is missing")
+    return chosen, f"auto: {describe(ident)}"
+
+
+def host_profiles(requested: str, facts_by_host: dict[str, dict[str, Any]]
+                  ) -> dict[str, tuple[dict[str, Any], str]]:
+    """Each host's profile and why: ``requested`` for every host, or for ``auto`` each host's
+    own (:func:`auto_profile`: a mixed fleet gets each kind its profile)."""
+    if requested != AUTO:
+        profile = load_profile(requested)
+        return {host: (profile, "given") for host in facts_by_host}
+    return {host: auto_profile(facts) for host, facts in facts_by_host.items()}
 
 
 def profile_for_hosts(requested: str, facts: Iterable[dict[str, Any]]) -> str:
-    """The profile to use for hosts with these facts: ``requested`` itself, or for ``auto``
-    the shipped profile of their architecture (the one place ``auto`` is resolved)."""
+    """One profile for hosts with these facts, for the commands that need one (tune, sweep,
+    the prolog): ``requested`` itself, or for ``auto`` the profile every host calls for;
+    ``ProfileError`` when the hosts call for different ones."""
     if requested != AUTO:
         return requested
-    arches = {(host.get("vm") or {}).get("arch") for host in facts}
-    return PROFILE_BY_ARCH["aarch64"] if "aarch64" in arches else PROFILE_BY_ARCH["*"]
+    chosen = {profile["name"]: why for profile, why in map(auto_profile, facts)}
+    if len(chosen) > 1:
+        raise ProfileError("--profile auto: these hosts call for different profiles ("
+                           + "; ".join(f"{name} ({why})" for name, why in sorted(chosen.items()))
+                           + "): give one with --profile, or run each kind with --limit")
+    return next(iter(chosen), "generic")
 
 
 def profile_vars(name_or_path: str) -> tuple[str, dict[str, Any]]:
     """The profile's label and the playbook variables that carry it to the hosts.
 
-    ``auto`` sends every shipped candidate (``exemplar_profile_by_arch``): each host's layer
-    module picks the one for its own architecture, so a mixed fleet gets the right targets.
+    ``auto`` sends every shipped candidate (``exemplar_profile_candidates``): each host's layer
+    module picks the one for its own hardware identity, so a mixed fleet gets the right
+    targets.
     """
     if name_or_path == AUTO:
-        by_arch = {arch: load_profile(name) for arch, name in PROFILE_BY_ARCH.items()}
-        return AUTO, {"exemplar_profile_by_arch": by_arch}
+        return AUTO, {"exemplar_profile_candidates": list(auto_candidates())}
     profile = load_profile(name_or_path)
     return profile["name"], {"exemplar_profile": profile}
 

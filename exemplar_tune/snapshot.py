@@ -124,7 +124,8 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def _add_commands(tar: tarfile.TarFile) -> dict[str, dict]:
-    """Run every known command; store the output of those that exist, report all of them."""
+    """Run every known command; store the output of those that exist (and the exit status
+    and stderr of those that failed), report all of them."""
     report: dict[str, dict] = {}
     for name, argv in COMMANDS.items():
         try:
@@ -132,10 +133,13 @@ def _add_commands(tar: tarfile.TarFile) -> dict[str, dict]:
         except Exception as exc:  # noqa: BLE001 - reported per command in the manifest
             report[name] = {"argv": argv, "captured": False, "error": str(exc)}
             continue
-        report[name] = {"argv": argv, "captured": out.rc == 0, "rc": out.rc,
+        report[name] = {"argv": argv, "captured": True, "rc": out.rc,
                         "stderr": out.stderr.strip()[:200]}
-        if out.rc == 0:
+        if out.rc == 0 or out.stdout:
             _add_bytes(tar, f"{COMMANDS_DIR}/{name}", out.stdout.encode())
+        if out.rc != 0:  # a failure is data too (nvidia-smi with a GPU off the bus)
+            _add_bytes(tar, f"{COMMANDS_DIR}/{name}.rc", f"{out.rc}\n".encode())
+            _add_bytes(tar, f"{COMMANDS_DIR}/{name}.stderr", out.stderr.encode())
     return report
 
 

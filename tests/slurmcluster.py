@@ -282,8 +282,9 @@ class SlurmCluster:
 def node_sysroots(dest: Path) -> Path:
     """Host trees for the fake nodes, to read with ``--sysroot DEST/%n``: ``node1`` and
     ``node3`` are copies of the ``healthy-h100`` fixture (every check passes), ``node2`` the
-    same with C6 disabled on CPU 2 (``cpu.deep-cstates-disabled`` fails first), ``node4`` a
-    copy of ``h100-x86`` (``gpu.persistence-mode`` fails first)."""
+    same with C6 disabled on CPU 2 (``cpu.deep-cstates-disabled`` fails: a tuning preference),
+    ``node4`` a copy of ``h100-x86`` (``gpu.remapped-rows``, a health check, fails first of
+    those that make a node unfit)."""
     sysroots = Path(__file__).resolve().parent / "fixtures" / "sysroots"
     for node, fixture in (("node1", "healthy-h100"), ("node2", "healthy-h100"),
                           ("node3", "healthy-h100"), ("node4", "h100-x86")):

@@ -60,7 +60,7 @@ def by_check(report: Report, check_id: str) -> list:
     ("nccl_debug_info_topo_lines.txt", "nccl-log"),
     (MEGATRON, "step-time"),
     ("nsys_stats_csv_allgather_before.csv", "nsys"),
-    ("dmesg_nvrm_xid_samples.txt", None),
+    ("dmesg_nvrm_xid_samples.txt", "kernel log"),
     ("nccl_topo_azure_ndv5_h100.xml", None),
     ("sysfs_cpuidle_cpufreq_spr1_intel-pepc.txt", None),
 ])

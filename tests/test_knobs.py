@@ -64,7 +64,7 @@ def _plan(root: Path, layer: str, section: dict, variables: dict | None = None,
     planned = plan_layer(Sysroot(str(root)), get_layer(layer), {layer: section},
                          variables or {}, only)
     assert tree_hash(root) == before  # planning never writes
-    return {knob.name: changes for knob, _target, changes in planned}
+    return {p.knob.name: p.changes for p in planned if p.not_applicable is None}
 
 
 # -- the registry -------------------------------------------------------------------------
@@ -153,6 +153,48 @@ def test_idle_state_names_that_could_change_the_rule_are_refused(h100, name):
         _plan(h100, "cpu", {**CPU, "deep_cstate_names": [name]}, None, ["deep_cstates"])
 
 
+def _not_applicable(root: Path, layer: str, section: dict) -> dict[str, str]:
+    planned = plan_layer(Sysroot(str(root)), get_layer(layer), {layer: section}, ALLOW_JOBS)
+    return {p.knob.name: p.not_applicable for p in planned if p.not_applicable}
+
+
+def test_a_name_the_host_reports_is_written_quoted_never_refused(h100):
+    """The deepest state's name comes from the host: a name udev would read as syntax is
+    matched through ``?`` wildcards (one character each), and the rest of the rule holds."""
+    for cpu in range(8):
+        state = h100 / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state3"
+        (state / "name").write_text('C6 "deep"|*\n')
+        (state / "default_status").write_text("disabled\n")
+    rule = next(c for c in _plan(h100, "cpu", CPU, None, ["deep_cstates"])["deep_cstates"]
+                if isinstance(c, FileChange)).content.decode()
+    assert 'ATTR{cpuidle/state3/name}=="C6 ?deep???", ATTR{cpuidle/state3/disable}="0"' \
+        in rule
+    assert len(rule.splitlines()) == 2 + 4  # two comments, one line per state index
+
+
+def test_a_guest_s_idle_states_are_not_applicable_and_the_layer_goes_on(h100):
+    (h100 / "sys/devices/system/cpu/cpuidle/current_driver").write_text("haltpoll\n")
+    assert _not_applicable(h100, "cpu", CPU) == {
+        "deep_cstates": "/sys/devices/system/cpu/cpuidle/current_driver: cpuidle driver "
+                        "haltpoll: a virtual machine's idle states do not set the physical "
+                        "CPUs' C-states (set them on the hypervisor host)"}
+    assert {"governor", "numa_balancing"} <= set(_plan(h100, "cpu", CPU, ALLOW_JOBS))
+    (h100 / "sys/devices/system/cpu/cpuidle/current_driver").write_text("acpi_idle\n")
+    cpuinfo = h100 / "proc/cpuinfo"
+    cpuinfo.write_text(cpuinfo.read_text().replace("flags\t\t: ", "flags\t\t: hypervisor ", 1))
+    assert "CPU flag hypervisor" in _not_applicable(h100, "cpu", CPU)["deep_cstates"]
+
+
+def test_a_host_without_bootloader_defaults_skips_only_the_kernel_argument_knobs(h100):
+    (h100 / "etc/default/grub").unlink()
+    reason = ("/etc/default/grub: not present: this host's kernel arguments are not set by "
+              "GRUB defaults (direct kernel, netboot or container boot)")
+    assert _not_applicable(h100, "vm", {"iommu_default_domain": "identity"}) == {
+        "iommu_passthrough": reason}
+    assert _not_applicable(h100, "cpu", CPU) == {"cstate_cmdline": reason}
+    assert {"deep_cstates", "governor"} <= set(_plan(h100, "cpu", CPU, ALLOW_JOBS))
+
+
 def test_housekeeping_refuses_units_that_hold_slurm_jobs(h100):
     with pytest.raises(LayerFailed, match="system.slice: hold Slurm job cgroups"):
         _plan(h100, "cpu", CPU, None, ["housekeeping"])
@@ -164,10 +206,14 @@ def test_housekeeping_plans_cpusets_dropins_and_irqbalance(h100):
     assert {c.path: c.value for c in changes if isinstance(c, AttrChange)} == {
         f"sys/fs/cgroup/{u}/cpuset.cpus{tail}": "0,4" for u in units
         for tail in ("", ".effective")}  # in a sysroot the kernel's answer is modelled too
-    irq = next(c for c in changes if c.path == "/etc/default/irqbalance")
-    assert b'IRQBALANCE_BANNED_CPULIST="1-3,5-7"' in irq.content
-    show = next(c for c in changes if c.path.endswith("systemctl-show-slices.txt"))
+    files = {c.path: c for c in changes if isinstance(c, FileChange)}
+    assert b'IRQBALANCE_BANNED_CPULIST="1-3,5-7"' in files["/etc/default/irqbalance"].content
+    show = next(c for path, c in files.items() if path.endswith("systemctl-show-slices.txt"))
     assert show.content.decode().count("AllowedCPUs=0 4\nEffectiveCPUs=0 4\n") == 3
+    # made effective: systemd reads the drop-ins, irqbalance reads its ban (recorded here)
+    assert [(c.argv, c.run) for c in changes if isinstance(c, Regenerate)] == [
+        (("systemctl", "daemon-reload"), False), (("systemctl", "try-restart", "irqbalance"),
+                                                  False)]
 
 
 @pytest.mark.parametrize(("cpus", "reason"), [("0-", "cpu.housekeeping_cpus"),

@@ -193,3 +193,30 @@ def test_a_knob_variable_by_its_earlier_name_is_read_with_a_deprecation(host: Pa
     assert warned == ["vm_iommu_default_domain is renamed vm_iommu_default_domain_target"]
     assert planned(vm_iommu_default_domain="identity",
                    vm_iommu_default_domain_target="DMA")[0] == profile_only
+
+
+def test_a_failing_layer_does_not_hide_the_other_layers(host):
+    """The housekeeping knob refuses units holding Slurm jobs: the cpu layer fails; gpu, vm,
+    runtime and fabric are still audited, and each layer's status says which is which."""
+    before = tree_state(host)
+    result = _layer(host, LAYERS, check=True, cpu_housekeeping_allow_job_units=False)
+    assert result.status == "failed"
+    assert result.message.startswith("cpu.housekeeping: system.slice: hold Slurm job cgroups")
+    task = _result(result)
+    assert {layer["layer"]: layer["status"] for layer in task["layers"]} == {
+        "gpu": "ok", "vm": "ok", "cpu": "failed", "runtime": "ok", "fabric": "ok"}
+    changed = {f"{k['layer']}.{k['knob']}" for k in task["knobs"] if k["changed"]}
+    assert {"gpu.persistence_mode", "vm.iommu_passthrough", "fabric.nccl_conf"} <= changed
+    assert not any(k.startswith("cpu.") for k in changed)
+    assert tree_state(host) == before
+
+
+def test_a_host_without_bootloader_defaults_applies_every_other_knob(host):
+    (host / "etc/default/grub").unlink()
+    applied = _layer(host, ["vm", "cpu"])
+    assert applied.status == "ok", applied.message
+    knobs = {f"{k['layer']}.{k['knob']}": k for k in _result(applied)["knobs"]}
+    assert knobs["vm.iommu_passthrough"]["not_applicable"].startswith(
+        "/etc/default/grub: not present")
+    assert not knobs["vm.iommu_passthrough"]["changed"]
+    assert knobs["cpu.governor"]["changed"] and knobs["cpu.governor"]["not_applicable"] is None

@@ -89,7 +89,8 @@ def test_bad_profile_is_one_line_exit_2(tmp_path, profile_text, message):
 def test_unknown_profile_name_lists_the_shipped_ones():
     out = preflight("--sysroot", str(SYSROOTS / "h100-x86"), "--profile", "h200-bogus")
     assert out.returncode == 2
-    assert "shipped profiles: gb200-grace, h100-x86" in out.stderr
+    assert ("shipped profiles: b200-x86, gb200-grace, gb300-grace, generic, h100-x86, "
+            "h200-x86") in out.stderr
 
 
 def test_unknown_layer_exit_2():
@@ -98,9 +99,10 @@ def test_unknown_layer_exit_2():
 
 
 def test_shipped_profiles_are_valid():
-    from exemplar_tune.profile import validate_profile
-    for path in PROFILES_DIR.glob("*.yaml"):
-        validate_profile(yaml.safe_load(path.read_text()), str(path))
+    from exemplar_tune.profile import load_profile, shipped_profiles
+    assert len(shipped_profiles()) == len(list(PROFILES_DIR.glob("*.yaml")))
+    for name in shipped_profiles():
+        assert load_profile(name)["name"] == name  # its extends chain merged, then validated
 
 
 def test_fleet_groups_hosts_by_failing_check_and_reports_unreachable(tmp_path):

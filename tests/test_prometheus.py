@@ -52,10 +52,19 @@ def test_labels_are_escaped_and_unreachable_hosts_listed() -> None:
     assert found["exemplar_tune_host_unreachable"][0].labels == {"host": "gpu\\7"}
 
 
-def test_audit_lists_every_knob_of_the_audited_layers() -> None:
-    doc = {"profile": "h100-x86", "unreachable": {}, "failed": {"n3": "module failed"},
-           "hosts": {"n1": {"changed": [{"layer": "cpu", "knob": "governor"}]},
-                     "n2": {"changed": []}}}
+def test_audit_lists_every_knob_of_the_layers_audited() -> None:
+    """n3 answered but its module failed before any layer: its layers are not audited (0),
+    it has no drift series, and it is not called unreachable; n4 did not answer."""
+    audited = {"cpu": {"status": "drift"}, "fabric": {"status": "no drift"}}
+    doc = {"profile": "h100-x86", "unreachable": {"n4": "timeout"},
+           "failed": {"n3": "module failed"},
+           "hosts": {"n1": {"changed": [{"layer": "cpu", "knob": "governor"}],
+                            "audit": audited},
+                     "n2": {"changed": [], "audit": {**audited, "cpu": {"status": "no drift"}},
+                            "not_applicable": [{"layer": "cpu", "knob": "cstate_cmdline",
+                                                "reason": "no grub"}]},
+                     "n3": {"changed": [], "audit": {
+                         layer: {"status": "not audited"} for layer in ("cpu", "fabric")}}}}
     found = families(audit_text(doc, ["cpu", "fabric"]))
     drift = {(s.labels["host"], s.labels["knob"]): s.value
              for s in found["exemplar_tune_knob_drift"]}
@@ -63,7 +72,14 @@ def test_audit_lists_every_knob_of_the_audited_layers() -> None:
     assert drift[("n1", "fabric.nccl_conf")] == 0
     assert sum(drift.values()) == 1
     assert {host for host, _ in drift} == {"n1", "n2"}
-    assert found["exemplar_tune_host_unreachable"][0].labels == {"host": "n3"}
+    assert ("n2", "cpu.cstate_cmdline") not in drift
+    assert [s.labels for s in found["exemplar_tune_knob_not_applicable"]] == [
+        {"host": "n2", "layer": "cpu", "knob": "cpu.cstate_cmdline"}]
+    assert {(s.labels["host"], s.labels["layer"]): s.value
+            for s in found["exemplar_tune_layer_audited"]} == {
+        ("n1", "cpu"): 1, ("n1", "fabric"): 1, ("n2", "cpu"): 1, ("n2", "fabric"): 1,
+        ("n3", "cpu"): 0, ("n3", "fabric"): 0}
+    assert [s.labels for s in found["exemplar_tune_host_unreachable"]] == [{"host": "n4"}]
 
 
 def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:

@@ -155,3 +155,58 @@ def test_audit_of_the_fixture_fleet_reports_exactly_their_drift(tmp_path, monkey
         ("fabric", "nccl_conf", ["problem"])]
     assert doc["hosts"]["reference"]["changed"] == []
     assert {name: tree_hash(path) for name, path in hosts.items()} == before
+
+
+def test_a_layer_that_cannot_be_audited_is_never_reported_free_of_drift(tmp_path, monkeypatch):
+    """'broken' cannot have its cpu layer audited (the housekeeping knob refuses to confine
+    units that hold its Slurm job); 'nogrub' has no bootloader defaults. Text, JSON and
+    Prometheus say so: no "no drift" for broken's cpu layer, no host called unreachable, the vm
+    knob of nogrub N/A with its reason."""
+    monkeypatch.setenv("EXEMPLAR_TUNE_STATE_DIR", str(tmp_path / "state"))
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump({"name": "p", "vm": {"iommu_default_domain": "identity"},
+                                       "cpu": {"deep_cstates": True, "governor": "performance",
+                                               "housekeeping_confined": True,
+                                               "housekeeping_cpus": "0,4"}}))
+    broken, nogrub = copy(tmp_path, "healthy-h100", "broken"), copy(tmp_path, "healthy-h100",
+                                                                   "nogrub")
+    (nogrub / "etc/default/grub").unlink()
+    inventory = {"all": {"vars": {"ansible_connection": "local",
+                                  "ansible_python_interpreter": sys.executable},
+                         "hosts": {"broken": {"exemplar_sysroot": str(broken)},
+                                   "nogrub": {"exemplar_sysroot": str(nogrub),
+                                              "cpu_housekeeping_allow_job_units": True}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    args = ("audit", "-i", str(tmp_path / "hosts.yml"), "--profile", str(profile),
+            "--layer", "vm", "--layer", "cpu")
+    doc = json.loads(cli(*args, "--format", "json").stdout)
+    assert doc["hosts"]["broken"]["audit"]["cpu"]["status"] == "not audited"
+    assert doc["hosts"]["broken"]["audit"]["cpu"]["reason"].startswith(
+        "cpu.housekeeping: system.slice: hold Slurm job cgroups")
+    assert doc["hosts"]["broken"]["audit"]["vm"] == {"status": "no drift", "reason": None}
+    assert doc["hosts"]["nogrub"]["audit"] == {"vm": {"status": "no drift", "reason": None},
+                                               "cpu": {"status": "no drift", "reason": None}}
+    assert [(g["layer"], g["hosts"]) for g in doc["not_audited"]] == [("cpu", ["broken"])]
+    assert [(g["layer"], g["knob"], g["hosts"]) for g in doc["not_applicable"]] == [
+        ("vm", "iommu_passthrough", ["nogrub"]), ("cpu", "cstate_cmdline", ["nogrub"])]
+    assert doc["unreachable"] == {} and doc["drift"] == []
+
+    text = cli(*args)
+    assert text.returncode == 1
+    lines = text.stdout.splitlines()
+    assert lines[0].endswith("2 host(s) answered, 0 drift, 1 not audited in full")
+    assert any(line.startswith("  NOT AUDITED  cpu  1/2 hosts  broken: cpu.housekeeping: ")
+               for line in lines)
+    assert any(line.startswith("  N/A    vm/iommu_passthrough  1/2 hosts  nogrub: "
+                               "/etc/default/grub: not present") for line in lines)
+    assert "  no drift" not in lines and "  no drift in the layers audited" in lines
+    assert "UNREACHABLE" not in text.stdout
+
+    metrics = cli(*args, "--format", "prometheus").stdout
+    assert 'exemplar_tune_layer_audited{host="broken",layer="cpu"} 0' in metrics
+    assert 'exemplar_tune_knob_drift{host="broken",layer="cpu"' not in metrics
+    assert 'exemplar_tune_knob_drift{host="broken",layer="vm",knob="vm.iommu_passthrough"} 0' \
+        in metrics
+    assert ('exemplar_tune_knob_not_applicable{host="nogrub",layer="vm",'
+            'knob="vm.iommu_passthrough"} 1') in metrics
+    assert "exemplar_tune_host_unreachable" not in metrics

@@ -2,19 +2,22 @@
 
 The preflight result comes from a real fleet run (``preflight -i INV --format json``) over
 four inventory hosts read inside the fake nodes' trees (:func:`node_sysroots`): gpu01/gpu03
-healthy, gpu02 with C6 disabled, gpu04 the ``h100-x86`` fixture; each names its Slurm node
-with ``exemplar_slurm_node``. node4 is drained beforehand by someone else ("RMA 42").
+healthy, gpu02 with C6 disabled (a tuning preference) and, here, a GPU row remap pending (a
+health check: it drains), gpu04 the ``h100-x86`` fixture; each names its Slurm node with
+``exemplar_slurm_node``. node4 is drained beforehand by someone else ("RMA 42").
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from tests.conftest import SYSROOTS
 from tests.helpers import cli_env
 from tests.slurmcluster import node_sysroots
 
@@ -34,6 +37,8 @@ def fleet(slurm_cluster, tmp_path_factory):
     """(inventory, preflight result) of the four hosts."""
     work = tmp_path_factory.mktemp("fleet")
     trees = node_sysroots(work / "trees")
+    smi = ".exemplar/commands/nvidia-smi-q-x.xml"
+    shutil.copy(SYSROOTS / "h100-x86" / smi, trees / "node2" / smi)  # GPU 3: row remap pending
     base = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = work / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
@@ -65,10 +70,10 @@ def test_dry_run_prints_the_commands_and_changes_nothing(cluster, fleet):
               "--dry-run")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == [
-        "drain node2 (host gpu02): Reason=exemplar:cpu.deep-cstates-disabled",
+        "drain node2 (host gpu02): Reason=exemplar:gpu.remapped-rows",
         "left alone node4 (host gpu04): already drained: RMA 42",
         "would run: scontrol update NodeName=node2 State=DRAIN "
-        "Reason=exemplar:cpu.deep-cstates-disabled"]
+        "Reason=exemplar:gpu.remapped-rows"]
     assert states(cluster) == before
 
 
@@ -76,7 +81,7 @@ def test_drain_then_resume_only_what_exemplar_drained(cluster, fleet):
     inventory, result = fleet
     out = cli(cluster, "slurm", "drain", "--failing", str(result), "-i", str(inventory))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert cluster.node_state("node2") == ("drained", "exemplar:cpu.deep-cstates-disabled")
+    assert cluster.node_state("node2") == ("drained", "exemplar:gpu.remapped-rows")
     assert cluster.node_state("node4") == ("drained", "RMA 42")
     assert cluster.node_state("node1")[0] == cluster.node_state("node3")[0] == "idle"
 
@@ -87,7 +92,7 @@ def test_drain_then_resume_only_what_exemplar_drained(cluster, fleet):
     out = cli(cluster, "slurm", "resume", "--nodes", "node[2-4]")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == [
-        "resume node2: was exemplar:cpu.deep-cstates-disabled",
+        "resume node2: was exemplar:gpu.remapped-rows",
         "left alone node3: not drained (IDLE)",
         "left alone node4: drained by someone else: RMA 42",
         "scontrol update NodeName=node2 State=RESUME"]
@@ -116,7 +121,7 @@ def test_without_inventory_the_host_name_is_the_node_name(cluster, tmp_path, fle
     out = cli(cluster, "slurm", "drain", "--failing", str(edited))
     assert out.returncode == 1  # gpu09 is no Slurm node
     assert "not drained gpu09: no such Slurm node" in out.stdout
-    assert cluster.node_state("node3") == ("drained", "exemplar:cpu.deep-cstates-disabled")
+    assert cluster.node_state("node3") == ("drained", "exemplar:gpu.remapped-rows")
 
 
 @pytest.mark.parametrize("content, message", [

@@ -94,14 +94,26 @@ def test_healthy_node_runs_the_job(cluster):
     assert cluster.node_state("node1")[0] in ("idle", "mixed", "completing")
 
 
-def test_failing_check_drains_the_node_with_its_id(cluster):
+def test_a_failing_tuning_preference_is_logged_and_never_drains(cluster):
+    """node2 has C6 disabled on one CPU: a failing check, but a tuning preference."""
     done = srun(cluster, "-w", "node2", "/bin/echo", "ran")
-    assert done.returncode != 0 and "ran" not in done.stdout
-    assert cluster.wait_for(lambda: cluster.node_state("node2")[0] == "drained", 10)
-    assert cluster.node_state("node2")[1] == "exemplar:cpu.deep-cstates-disabled"
+    assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+    assert cluster.node_state("node2")[0] in ("idle", "mixed", "completing")
     log = (cluster.dir / "log" / "slurmd-node2.log").read_text()
-    assert "FAIL cpu.deep-cstates-disabled: C6 (290 us) disabled on CPUs 2" in log
-    assert "drained, Reason=exemplar:cpu.deep-cstates-disabled" in log
+    assert ("FAIL cpu.deep-cstates-disabled: C6 (290 us) disabled on CPUs 2 (tuning, not "
+            "draining)") in log
+    assert "drained" not in log
+
+
+def test_a_failing_health_check_drains_the_node_with_its_id(cluster):
+    done = srun(cluster, "-w", "node4", "/bin/echo", "ran")
+    assert done.returncode != 0 and "ran" not in done.stdout
+    assert cluster.wait_for(lambda: cluster.node_state("node4")[0] == "drained", 10)
+    assert cluster.node_state("node4")[1] == "exemplar:gpu.remapped-rows"
+    log = (cluster.dir / "log" / "slurmd-node4.log").read_text()
+    assert "FAIL gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
+    assert "FAIL gpu.persistence-mode: " in log and "(tuning, not draining)" in log
+    assert "drained, Reason=exemplar:gpu.remapped-rows" in log
 
 
 def test_one_bad_node_stops_a_two_node_job_before_any_task(cluster, tmp_path):
@@ -110,7 +122,7 @@ def test_one_bad_node_stops_a_two_node_job_before_any_task(cluster, tmp_path):
                 f"touch {marker}-$SLURMD_NODENAME")
     assert done.returncode != 0
     assert cluster.wait_for(lambda: cluster.node_state("node4")[0] == "drained", 10)
-    assert cluster.node_state("node4")[1] == "exemplar:gpu.persistence-mode"
+    assert cluster.node_state("node4")[1] == "exemplar:gpu.remapped-rows"
     # node3 passed its checks: it is not drained, and it is back in service once the
     # aborted job has finished completing there.
     assert cluster.wait_for(lambda: cluster.node_state("node3")[0] == "idle", 10), \

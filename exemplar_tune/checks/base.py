@@ -2,8 +2,10 @@
 
 A check is a pure function over one host's facts (all layers) and the profile; it does no
 I/O. It is declared with :func:`check`, which records its id, layer, severity, the risk it
-guards against and the fix, and registers it. Checks run in layer order (the layer registry)
-and, within a layer, in the order their modules define them.
+guards against, the fix and whether it judges the node's health (a failure makes the node
+unfit for jobs) or a tuning preference (the node works, slower), and registers it. Checks
+run in layer order (the layer registry) and, within a layer, in the order their modules
+define them.
 """
 
 from __future__ import annotations
@@ -50,18 +52,21 @@ class Check:
     fix: str
     knob: str | None
     func: Callable[[Facts, Profile], Outcome] = field(compare=False)
+    health: bool = False
 
 
 CHECKS: list[Check] = []
 
 
 def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
-          knob: str | None = None) -> Callable[[Callable], Callable]:
+          knob: str | None = None, health: bool = False) -> Callable[[Callable], Callable]:
     """Register the decorated function as check ``check_id`` (``"<layer>.<name>"``).
 
     ``risk`` is one line on what the finding costs; ``fix`` names the knob or the manual
     action (BIOS, hypervisor) that removes it; ``knob`` is the registered knob
-    (``layer.name`` in ``layers.registered_knobs()``) that does, when one exists.
+    (``layer.name`` in ``layers.registered_knobs()``) that does, when one exists. ``health``
+    marks a check of the node's fitness (a GPU missing or failing, a fabric port down): only
+    those can drain a node (:func:`makes_unfit`); the others are tuning preferences.
     """
     layer = check_id.split(".", 1)[0]
     if layer not in LAYER_NAMES or severity not in SEVERITIES:
@@ -72,10 +77,22 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
     def register(func: Callable[[Facts, Profile], Outcome]) -> Callable:
         if any(c.id == check_id for c in CHECKS):
             raise ValueError(f"check {check_id} registered twice")
-        CHECKS.append(Check(check_id, layer, severity, title, risk, fix, knob, func))
+        CHECKS.append(Check(check_id, layer, severity, title, risk, fix, knob, func, health))
         return func
 
     return register
+
+
+def makes_unfit(result: dict[str, Any], threshold: str = "high") -> bool:
+    """True for a failing health check (a preflight result, as JSON) of severity ``threshold``
+    or worse: what may drain a node. A result written without ``health`` (an older document)
+    is judged by the check of that id registered here."""
+    health = result.get("health")
+    if health is None:
+        health = any(c.health for c in CHECKS if c.id == result.get("id"))
+    severity = result.get("severity")
+    return (result.get("status") == FAIL and bool(health) and severity in SEVERITIES
+            and SEVERITIES.index(severity) <= SEVERITIES.index(threshold))
 
 
 def source(facts: Facts, layer: str, key: str) -> tuple[str, ...]:

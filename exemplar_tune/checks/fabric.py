@@ -36,7 +36,7 @@ def _port_problems(device: dict[str, Any], port: dict[str, Any],
     return problems
 
 
-@check("fabric.ports", severity="high",
+@check("fabric.ports", health=True, severity="high",
        title="Enough RDMA ports ACTIVE/LinkUp at the expected rate and link layer",
        risk="a down or slow rail caps every collective that crosses it; NCCL keeps running "
             "on the remaining rails",

@@ -104,7 +104,8 @@ def _list(names: list[str], limit: int = 8) -> str:
 # -- inventory -------------------------------------------------------------------------------
 
 
-@check("gpu.count", severity="high", title="Every expected GPU is visible",
+@check("gpu.count", health=True, severity="high",
+       title="Every expected GPU is visible",
        risk="A missing GPU (fallen off the bus, driver not bound, failed board) leaves the job "
             "short of ranks or makes it fail to start; the whole node is lost to the job",
        fix="manual: reseat or replace the GPU, check `lspci -d 10de:` and the kernel log, "
@@ -126,6 +127,29 @@ def check_count(facts: Facts, profile: Profile) -> Outcome:
                        evidence)
     more = f" (profile expects {want})" if have > want else ""
     return Outcome(PASS, have, want, f"{have} GPUs visible{more}", evidence)
+
+
+@check("gpu.nvidia-smi", health=True, severity="high",
+       title="nvidia-smi answers (a failing nvidia-smi is a finding of its own)",
+       risk="nvidia-smi fails when a GPU has fallen off the bus or the driver cannot reach "
+            "it (exit status 15), or NVML is broken: the GPUs cannot be listed, so the other "
+            "GPU checks cannot judge them, and jobs fail at CUDA initialisation",
+       fix="manual: read the kernel log for Xid 79 or 'fallen off the bus' (gpu.xids), "
+           "check `lspci -d 10de:`, then reset the GPU, reload the driver or reboot")
+def check_nvidia_smi(facts: Facts, profile: Profile) -> Outcome:
+    gpu = _layer(facts)
+    failed = next((e for e in gpu.get("errors") or [] if e.get("fact") == "present"), None)
+    if failed is not None:
+        return Outcome(FAIL, failed.get("error"), "nvidia-smi answers",
+                       f"{failed.get('path')}: {failed.get('error')}",
+                       (str(failed.get("path")),))
+    if gpu.get("present") is None:
+        return skip("GPU facts not gathered")
+    if gpu.get("source") is None:
+        return skip(f"no GPU tool to ask ({gpu.get('reason') or 'none'})")
+    return Outcome(PASS, gpu.get("source"), "nvidia-smi answers",
+                   f"{gpu['source']} answered ({gpu.get('count', 0)} GPUs)",
+                   _evidence(facts, "present"))
 
 
 @check("gpu.product", severity="medium", title="The GPUs are the profile's model",
@@ -203,7 +227,8 @@ def _ecc_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]
     return observed, fails, warns
 
 
-@check("gpu.ecc-uncorrectable", severity="high", title="No uncorrectable ECC errors",
+@check("gpu.ecc-uncorrectable", health=True, severity="high",
+       title="No uncorrectable ECC errors",
        risk="An uncorrectable ECC error kills the running job (Xid 48/94/95) and may recur; a "
             "GPU past the SRAM threshold needs replacement",
        fix="manual: drain the node, reset the GPU (nvidia-smi -r) and run dcgmi diag -r 3; "
@@ -244,7 +269,8 @@ def _remap_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[st
     return observed, fails
 
 
-@check("gpu.remapped-rows", severity="high", title="No pending or failed row remapping",
+@check("gpu.remapped-rows", health=True, severity="high",
+       title="No pending or failed row remapping",
        risk="A pending remap leaves a known-bad HBM row in use until the GPU is reset (more "
             "uncorrectable errors, Xid 63/64); a remapping failure means no spare rows: the GPU "
             "must be replaced",
@@ -265,7 +291,8 @@ def check_remapped_rows(facts: Facts, profile: Profile) -> Outcome:
                    f"no pending or failed row remap on {len(gpus)} GPUs", _evidence(facts))
 
 
-@check("gpu.retired-pages-pending", severity="medium", title="No page retirement pending",
+@check("gpu.retired-pages-pending", health=True, severity="medium",
+       title="No page retirement pending",
        risk="Pages marked for retirement stay in use until the next driver reload: the bad "
             "memory can raise more ECC errors and kill jobs (pre-A100 GPUs)",
        fix="manual: drain the node and reset the GPU or reboot to retire the pages")
@@ -309,7 +336,8 @@ def _pcie_findings(gpu: dict[str, Any], gen_min: int | None,
     return fails, warns
 
 
-@check("gpu.pcie-link", severity="medium", title="GPU PCIe links trained at full width and speed",
+@check("gpu.pcie-link", health=True, severity="medium",
+       title="GPU PCIe links trained at full width and speed",
        risk="A link trained narrow halves (x8) or quarters (x4) host<->GPU bandwidth (Gen5 x16 "
             "is about 64 GB/s per direction): slower data loading, checkpoints and host-staged "
             "NCCL traffic",
@@ -341,7 +369,8 @@ def check_pcie_link(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts))
 
 
-@check("gpu.clock-events", severity="high", title="No hardware or thermal clock slowdown",
+@check("gpu.clock-events", health=True, severity="high",
+       title="No hardware or thermal clock slowdown",
        risk="An active HW slowdown, power-brake or thermal slowdown caps the clocks (often to "
             "half or less) and the slowest GPU sets the pace of every synchronous step",
        fix="manual: check cooling, PSUs and the power-brake signal (BMC/ipmitool sensors); "
@@ -369,7 +398,8 @@ def check_clock_events(facts: Facts, profile: Profile) -> Outcome:
                    f"no slowdown reason active on {len(gpus)} GPUs", _evidence(facts))
 
 
-@check("gpu.temperature", severity="low", title="GPU temperature below the profile maximum",
+@check("gpu.temperature", health=True, severity="low",
+       title="GPU temperature below the profile maximum",
        risk="A hot GPU is close to its slowdown threshold: under load it throttles (clock "
             "events) and slows every rank that waits for it",
        fix="manual: check airflow, fans and inlet temperature (BMC); compare with other nodes")
@@ -448,7 +478,8 @@ def _xid_fix(rows: list[dict[str, Any]]) -> str:
             "driver's own (Xid 154)" + after)
 
 
-@check("gpu.xids", severity="high", title="No GPU Xid incident that needs action",
+@check("gpu.xids", health=True, severity="high",
+       title="No GPU Xid incident that needs action",
        risk="Xids whose recovery is a GPU reset, a reboot or hardware service (ECC, NVLink, "
             "GSP, timeouts, a GPU fallen off the bus) mean a faulty or degraded GPU: jobs "
             "crash or hang and restart from a checkpoint; application Xids (13/31/43/45) "
@@ -457,12 +488,14 @@ def _xid_fix(rows: list[dict[str, Any]]) -> str:
            "driver's Xid 154): reset the GPU (nvidia-smi -r), reboot or power-cycle, or send "
            "the GPU for service; then run dcgmi diag -r 3")
 def check_xids(facts: Facts, profile: Profile) -> Outcome:
-    _, not_judged = _gpus(facts)
-    if not_judged:
-        return not_judged
+    """Judged from the kernel log alone: a GPU that fell off the bus, whose nvidia-smi fails,
+    still has its Xid incidents judged."""
+    _, not_listed = _gpus(facts)
     events = _layer(facts).get("xids")
     if events is None:
-        return skip(f"kernel log not readable{_error(facts, 'xids')}")
+        return not_listed or skip(f"kernel log not readable{_error(facts, 'xids')}")
+    if not events and not_listed:
+        return not_listed
     policy = xid_policy.policy_from_profile(profile)
     judged, earlier = xid_policy.judge(group_incidents(events, policy.incident_window_s), policy)
     rows = _xid_rows(judged)

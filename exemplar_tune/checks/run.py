@@ -30,6 +30,7 @@ class CheckResult:
     risk: str
     fix: str
     knob: str | None
+    health: bool
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (see ``preflight-result.schema.json``)."""
@@ -64,5 +65,5 @@ def _evaluate(check: Check, facts: Facts, profile: Profile) -> CheckResult:
         status=outcome.status, observed=outcome.observed, expected=outcome.expected,
         detail=outcome.detail, evidence=list(outcome.evidence), risk=check.risk,
         fix=outcome.fix or check.fix,
-        knob=check.knob,
+        knob=check.knob, health=check.health,
     )

@@ -31,7 +31,14 @@ from exemplar_tune.fleet.playbook_runs import (
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment
 from exemplar_tune.profile import AUTO, profile_vars
-from exemplar_tune.reports.change import apply_lines, audit_lines, group_drift
+from exemplar_tune.reports.change import (
+    apply_lines,
+    audit_lines,
+    group_drift,
+    group_not_applicable,
+    group_not_audited,
+    layer_verdicts,
+)
 from exemplar_tune.reports.prometheus import audit_text, write_atomically
 from exemplar_tune.signals import graceful_stop
 
@@ -118,8 +125,12 @@ AUDIT_EPILOG = """examples:
 
 One line per knob and change, the hosts with the same change folded into a hostlist
 (gpu[001-112,115]), most hosts first, with the lines that would change; --details adds a line
-per host, --diff shows unified diffs. Unreachable and failed hosts are folded by reason.
-exit codes: 0 no drift, 1 drift or a host failed or was unreachable, 2 usage/input error.
+per host, --diff shows unified diffs. Each host's layers are "drift", "no drift" or "not
+audited" (the layer failed; the reason is shown, hosts folded by it): no output calls a layer
+that was not audited free of drift. Knobs that do not apply to a host (no bootloader
+configuration, a virtual machine's idle states) are listed as N/A with the reason.
+exit codes: 0 no drift, 1 drift, a layer not audited or a host unreachable, 2 usage/input
+error.
 """
 
 
@@ -274,9 +285,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.layer:
         extravars["exemplar_layers"] = args.layer
     result = run_playbook(runner(args, check=True), "audit", extravars)
-    doc = {"profile": name, **result, "drift": group_drift(result["hosts"])}
+    layers = args.layer or list(ROLE_LAYERS)
+    for data in result["hosts"].values():
+        data["audit"] = layer_verdicts(data, layers)
+    doc = {"profile": name, **result, "drift": group_drift(result["hosts"]),
+           "not_audited": group_not_audited(result["hosts"]),
+           "not_applicable": group_not_applicable(result["hosts"])}
     if args.format == "prometheus":
-        text = audit_text(doc, args.layer or list(ROLE_LAYERS))
+        text = audit_text(doc, layers)
         if args.output:
             write_atomically(args.output, text)
         else:

@@ -16,7 +16,7 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import read_input
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
-from exemplar_tune.profile import load_profile, profile_for_hosts, shipped_profiles
+from exemplar_tune.profile import host_profiles, shipped_profiles
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
 
@@ -53,7 +53,8 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     add_host_options(cmd)
     cmd.add_argument("--profile", default="auto", metavar="NAME|FILE",
                      help=f"expectations: {', '.join(shipped_profiles())}, a YAML file, or "
-                     "'auto' (gb200-grace on aarch64, else h100-x86; the default)")
+                     "'auto' (the default: each host the shipped profile of its hardware - "
+                     "its NVIDIA GPUs by PCI device ID and its architecture - or 'generic')")
     cmd.add_argument("--layer", action="append", metavar="LAYER",
                      help=f"only this layer's checks (repeatable): {', '.join(LAYER_NAMES)}")
     cmd.add_argument("--stop-at-first-failing-layer", action="store_true",
@@ -78,7 +79,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     """``exemplar-tune preflight``."""
     check_layers(args.layer)
     hosts, missing = collect_facts(args.sysroot, facts_runner(args), None)
-    profile = load_profile(profile_for_hosts(args.profile, hosts.values()))
+    profiles = host_profiles(args.profile, hosts)
     extras = {"container": probe_container(args.launcher) if args.launcher else None,
               "results": _read_results(args.results) if args.results else None}
     for facts in hosts.values():
@@ -86,7 +87,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             facts["runtime"]["container"] = extras["container"]
         if extras["results"] is not None:
             facts["workload"]["results"] = extras["results"]
-    doc = preflight_hosts(hosts, profile, args.layer, args.stop_at_first_failing_layer, missing)
+    doc = preflight_hosts(hosts, profiles, args.layer, args.stop_at_first_failing_layer, missing)
     _emit(doc, args)
     return exit_status(doc)
 

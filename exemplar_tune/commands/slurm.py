@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from exemplar_tune.checks.base import SEVERITIES
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.fleet.lock import hold_hosts
@@ -24,8 +25,12 @@ SLURM_EPILOG = """examples:
   exemplar-tune slurm resume                        every node drained with an exemplar: reason
   exemplar-tune slurm resume --nodes 'gpu[01-04]'
 
-A drained node's reason is exemplar:<check id>, the first failing check in preflight order
-(also what the prolog gate sets). Nodes drained for another reason are left alone.
+Only what makes a node unfit drains it: a failing health check (a GPU missing, failing or
+throttled, an Xid that needs action, a fabric port down) of --drain-at severity or worse
+(default high). A failing tuning preference (governor, NUMA balancing, C-states ...) never
+drains: preflight and audit report it, apply fixes it. A drained node's reason is
+exemplar:<check id>, the first such check in preflight order (also what the prolog gate
+sets). Nodes drained for another reason are left alone.
 exit codes: 0 done, 1 a node could not be drained or resumed, 2 usage or input error.
 """
 
@@ -43,11 +48,21 @@ def add_prolog_option(cmd: argparse.ArgumentParser) -> None:
     """Add ``--slurm-prolog`` to the preflight parser ``cmd`` (after its ``func`` is set)."""
     cmd.add_argument("--slurm-prolog", action="store_true",
                      help="run as a Slurm prolog on the allocated node: this node's checks "
-                     "without Ansible; on a failing check drain the node with "
-                     "Reason=exemplar:<check id> and exit 1 (--sysroot may use %%n for the "
-                     "node name)")
+                     "without Ansible; on a failing health check (a GPU missing or failing, "
+                     "a fabric port down; see --drain-at) drain the node with "
+                     "Reason=exemplar:<check id> and exit 1; a failing tuning preference "
+                     "(governor, NUMA balancing ...) is printed and never drains "
+                     "(--sysroot may use %%n for the node name)")
+    add_drain_at(cmd)
     preflight = cmd.get_default("func")
     cmd.set_defaults(func=_prolog_or(preflight))
+
+
+def add_drain_at(cmd: argparse.ArgumentParser) -> None:
+    """Add ``--drain-at SEVERITY``: the least severe failing health check that drains."""
+    cmd.add_argument("--drain-at", choices=SEVERITIES, default="high", metavar="SEVERITY",
+                     help="drain on failing health checks of this severity or worse: high "
+                     "(the default), medium or low; tuning preferences never drain")
 
 
 def _prolog_or(preflight: Callable[[argparse.Namespace], int]
@@ -76,6 +91,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        "host name is the node name")
     drain.add_argument("--limit", metavar="PATTERN", help="Ansible host pattern within -i")
     drain.add_argument("--dry-run", action="store_true", help="print the scontrol commands")
+    add_drain_at(drain)
     drain.set_defaults(func=cmd_drain)
     resume = actions.add_parser("resume", help="resume the nodes exemplar-tune drained",
                                 epilog=SLURM_EPILOG,
@@ -88,7 +104,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """``exemplar-tune slurm drain --failing RESULT.json``."""
-    failing = nodes.read_failing(args.failing)
+    failing = nodes.read_failing(args.failing, args.drain_at)
     try:
         mapping = host_nodes(_Hosts(args.inventory, args.limit)) if args.inventory else {}
     except InventoryError as exc:

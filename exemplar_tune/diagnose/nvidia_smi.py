@@ -35,7 +35,7 @@ from exemplar_tune.diagnose.base import (
     Report,
     finding,
 )
-from exemplar_tune.profile import load_profile, shipped_profiles
+from exemplar_tune.profile import auto_candidates
 
 KIND = "nvidia-smi"
 LAYER = "gpu"
@@ -50,8 +50,10 @@ def sniff(text: str) -> bool:
 
 
 def default_profile() -> dict[str, Any]:
-    """``{"gpu": {...}}``: the gpu settings whose value is the same in every shipped profile."""
-    first, *rest = [load_profile(name).get(LAYER) or {} for name in shipped_profiles()]
+    """``{"gpu": {...}}``: the gpu settings whose value is the same in every shipped profile of
+    a GPU product (``generic`` knows no product)."""
+    first, *rest = [profile.get(LAYER) or {} for profile in auto_candidates()
+                    if (profile.get("match") or {}).get("gpu")]
     return {LAYER: {key: value for key, value in first.items()
                     if all(other.get(key) == value for other in rest)}}
 
@@ -100,7 +102,9 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     facts = gpu_facts(report, source)
     profile = expectations.get("profile") or default_profile()
     results = run_checks({LAYER: facts}, profile, layers=[LAYER])
-    judged = [_finding(r, source) for r in results if r.status != SKIP]
+    # a file to read means nvidia-smi answered: gpu.nvidia-smi has nothing to say of it
+    judged = [_finding(r, source) for r in results
+              if r.status != SKIP and r.id != f"{LAYER}.nvidia-smi"]
     if not judged:
         raise DiagnoseError(_nothing_judged(facts, source))
     findings = _cut(facts, source) + judged

@@ -74,19 +74,29 @@ def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
 
 
 def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
-    """Per host: status, the knobs that changed (or would), reboot flag, messages."""
+    """Per host: status, the knobs that changed (or would), the knobs that do not apply
+    there (with the reason), each layer's status as the layer module reported it
+    (``{layer: {status, error}}``; empty when no layer module answered), the profile the
+    layer module planned with, reboot flag, messages."""
     hosts: dict[str, dict[str, Any]] = {}
     for host, result in outcome.hosts.items():
-        knobs = []
-        for res in _module_results(result.tasks):
-            if "knob" in res and res.get("changed"):
-                knobs.append({"layer": res["layer"], "knob": res["knob"],
-                              "changes": res.get("changes", []),
-                              "reboot_required": bool(res.get("reboot_required"))})
+        results = _module_results(result.tasks)
+        knobs = [{"layer": res["layer"], "knob": res["knob"], "changes": res.get("changes", []),
+                  "reboot_required": bool(res.get("reboot_required"))}
+                 for res in results if "knob" in res and res.get("changed")]
         hosts[host] = {
             "status": result.status, "error": result.message or None,
             "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs),
-            "restored": [s for r in _module_results(result.tasks) for s in r.get("restored", [])],
+            "not_applicable": [{"layer": res["layer"], "knob": res["knob"],
+                                "reason": res["not_applicable"]}
+                               for res in results if "knob" in res and res.get("not_applicable")],
+            "layers": {entry["layer"]: {"status": entry.get("status", "ok"),
+                                        "error": entry.get("error")}
+                       for task in result.tasks for entry in task["result"].get("layers") or []
+                       if isinstance(entry, dict) and "layer" in entry},
+            "restored": [s for r in results for s in r.get("restored", [])],
+            "profile": next((task["result"]["profile"] for task in result.tasks
+                             if isinstance(task["result"].get("profile"), str)), None),
         }
     return hosts
 

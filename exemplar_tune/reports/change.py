@@ -4,6 +4,10 @@ Hosts whose knob changes are the same (knob, path, before, after) share one grou
 their hostlist (``gpu[001-112]``); groups come most hosts first, then in layer order. Each
 change shows the lines that differ, never cut; ``diff`` gives full unified diffs instead, and
 ``details`` adds one sorted line per host.
+
+An audit says, per host and layer, ``drift``, ``no drift`` or ``not audited`` (with the
+reason: the layer failed, or the host failed before any layer answered); nothing says "no
+drift" of a layer that was not audited.
 """
 
 from __future__ import annotations
@@ -38,12 +42,63 @@ def group_drift(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
              "total": len(hosts)} for g in ordered]
 
 
+def layer_verdicts(data: dict[str, Any], layers: list[str]) -> dict[str, dict[str, Any]]:
+    """Per audited layer of one host: ``{status: drift | no drift | not audited, reason}``.
+
+    A layer the layer module did not report (the host failed before any layer ran) is not
+    audited, with the host's error as the reason.
+    """
+    drifting = {k["layer"] for k in data["changed"]}
+    verdicts = {}
+    for layer in layers:
+        reported = (data.get("layers") or {}).get(layer)
+        if reported is None or reported["status"] != "ok":
+            reason = (reported or {}).get("error") or data.get("error") or "no result"
+            verdicts[layer] = {"status": "not audited", "reason": reason}
+        else:
+            verdicts[layer] = {"status": "drift" if layer in drifting else "no drift",
+                               "reason": None}
+    return verdicts
+
+
+def group_not_audited(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Layers that could not be audited, hosts with the same layer and reason folded:
+    ``{layer, reason, hosts, hostlist, count, total}``."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for host, data in sorted(hosts.items()):
+        for layer, verdict in data["audit"].items():
+            if verdict["status"] == "not audited":
+                key = (layer, without_host(verdict["reason"], host))
+                groups.setdefault(key, []).append(host)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), LAYER_NAMES.index(kv[0][0])))
+    return [{"layer": layer, "reason": reason, "hosts": members, "hostlist": compress(members),
+             "count": len(members), "total": len(hosts)}
+            for (layer, reason), members in ordered]
+
+
+def group_not_applicable(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Knobs that do not apply, hosts with the same knob and reason folded:
+    ``{layer, knob, reason, hosts, hostlist, count, total}``."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for host, data in sorted(hosts.items()):
+        for knob in data.get("not_applicable") or []:
+            key = (knob["layer"], knob["knob"], without_host(knob["reason"], host))
+            groups.setdefault(key, []).append(host)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), LAYER_NAMES.index(kv[0][0])))
+    return [{"layer": layer, "knob": knob, "reason": reason, "hosts": members,
+             "hostlist": compress(members), "count": len(members), "total": len(hosts)}
+            for (layer, knob, reason), members in ordered]
+
+
 def audit_lines(doc: dict[str, Any], diff: bool, details: bool) -> list[str]:
-    """The audit as text: the grouped drift, per-host lines with ``details``, then the hosts
-    that failed or could not be reached, folded by reason."""
+    """The audit as text: the grouped drift, the layers that could not be audited and the
+    knobs that do not apply (folded by reason), per-host lines with ``details``, then the
+    hosts that could not be reached."""
     drifting = {h for g in doc["drift"] for h in g["hosts"]}
+    partial = {h for g in doc["not_audited"] for h in g["hosts"]}
     head = (f"audit against profile {doc['profile']}: {len(doc['hosts'])} host(s) answered, "
             f"{len(drifting)} drift")
+    head += f", {len(partial)} not audited in full" if partial else ""
     lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
     for group in doc["drift"]:
         lines.append(f"  DRIFT  {group['layer']}/{group['knob']}  "
@@ -53,12 +108,26 @@ def audit_lines(doc: dict[str, Any], diff: bool, details: bool) -> list[str]:
         if len(shown) < len(group["changes"]):
             lines.append(f"        ({len(group['changes']) - len(shown)} more files: "
                          "--diff shows them all)")
-    if not doc["drift"] and doc["hosts"]:
-        lines.append("  no drift")
+    for group in doc["not_audited"]:
+        lines.append(f"  NOT AUDITED  {group['layer']}  {group['count']}/{group['total']} "
+                     f"hosts  {group['hostlist']}: {group['reason']}")
+    for group in doc["not_applicable"]:
+        lines.append(f"  N/A    {group['layer']}/{group['knob']}  {group['count']}/"
+                     f"{group['total']} hosts  {group['hostlist']}: {group['reason']}")
+    if not doc["drift"] and doc["hosts"] and len(partial) < len(doc["hosts"]):
+        lines.append("  no drift" + (" in the layers audited" if partial else ""))
     if details:
-        lines += [f"  {host}: " + (", ".join(f"{k['layer']}/{k['knob']}" for k in data["changed"])
-                                   or "no drift") for host, data in sorted(doc["hosts"].items())]
-    return lines + problem_lines(doc)
+        lines += [f"  {host}: {_host_summary(data)}"
+                  for host, data in sorted(doc["hosts"].items())]
+    return lines + problem_lines({"unreachable": doc["unreachable"]})
+
+
+def _host_summary(data: dict[str, Any]) -> str:
+    drift = ", ".join(f"{k['layer']}/{k['knob']}" for k in data["changed"])
+    missing = [layer for layer, v in data["audit"].items() if v["status"] == "not audited"]
+    if not missing:
+        return drift or "no drift"
+    return (drift or "no drift in the layers audited") + f"; not audited: {', '.join(missing)}"
 
 
 def apply_lines(doc: dict[str, Any], diff: bool) -> list[str]:

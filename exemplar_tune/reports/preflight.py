@@ -44,6 +44,7 @@ def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> s
     if len(doc["hosts"]) > 1:
         head += ": " + ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "pass") if counts[s])
     lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
+    lines += _profile_lines(doc)
     if len(doc["hosts"]) > 1:
         lines += _fleet_lines(doc, paint)
     if len(doc["hosts"]) == 1 or details:
@@ -53,6 +54,16 @@ def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> s
     for reason, hosts in fold_reasons(doc["unreachable"]).items():
         lines.append(f"\n### {compress(hosts)}: UNREACHABLE: {reason}")
     return "\n".join(lines)
+
+
+def _profile_lines(doc: dict[str, Any]) -> list[str]:
+    """Which profile each kind of host got and why, when ``auto`` chose (hosts folded)."""
+    chosen: dict[tuple[str, str], list[str]] = {}
+    for host, data in sorted(doc["hosts"].items()):
+        if data.get("profile_reason", "given") != "given":
+            chosen.setdefault((data["profile"], data["profile_reason"]), []).append(host)
+    return [f"  profile {name} for {compress(hosts)} ({why})"
+            for (name, why), hosts in sorted(chosen.items(), key=lambda kv: -len(kv[1]))]
 
 
 def fold_reasons(reasons: dict[str, str]) -> dict[str, list[str]]:

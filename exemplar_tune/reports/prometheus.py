@@ -6,7 +6,12 @@ Series (every one a gauge):
 * ``exemplar_tune_check_status{host, layer, check, severity}``: 0 pass, 1 warn, 2 fail
   (skipped checks are left out);
 * ``exemplar_tune_knob_drift{host, layer, knob}``: 1 when the host differs from the profile's
-  target for that knob, 0 when it does not (audit; every knob of the audited layers);
+  target for that knob, 0 when it does not (audit; every knob of the layers audited on that
+  host, except the knobs that do not apply to it);
+* ``exemplar_tune_layer_audited{host, layer}``: 1 when the layer was audited on that host, 0
+  when it could not be (its knobs then have no drift series: absent, never 0);
+* ``exemplar_tune_knob_not_applicable{host, layer, knob}``: 1 for a knob that does not apply
+  to the host (no bootloader configuration ...);
 * ``exemplar_tune_host_unreachable{host}``: 1 for a host that did not answer;
 * ``exemplar_tune_run_timestamp_seconds`` and ``exemplar_tune_run_info{command, profile,
   version}`` (always 1): when the file was written, by what.
@@ -35,6 +40,9 @@ STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2}
 _HELP = {
     "exemplar_tune_check_status": "Preflight check outcome: 0 pass, 1 warn, 2 fail.",
     "exemplar_tune_knob_drift": "1 when the host differs from the profile's target for a knob.",
+    "exemplar_tune_layer_audited": "1 when the layer was audited on the host, 0 when it could "
+                                   "not be.",
+    "exemplar_tune_knob_not_applicable": "1 for a knob that does not apply to the host.",
     "exemplar_tune_host_unreachable": "1 for a host that did not answer.",
     "exemplar_tune_run_timestamp_seconds": "When exemplar-tune wrote this file (Unix time).",
     "exemplar_tune_run_info": "The exemplar-tune command and profile behind this file.",
@@ -83,18 +91,26 @@ def preflight_text(doc: Mapping[str, Any], now: float | None = None) -> str:
 
 
 def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = None) -> str:
-    """An audit result (``audit --format json``'s document) as textfile metrics: every knob of
-    ``layers`` on every host that answered."""
+    """An audit result (``audit --format json``'s document) as textfile metrics: whether each
+    of ``layers`` was audited on each host that answered, and the drift of every knob of the
+    layers that were."""
     samples = _run("audit", doc["profile"], now)
     for host, data in sorted(doc["hosts"].items()):
         drifting = {(k["layer"], k["knob"]) for k in data.get("changed") or []}
+        absent = {(k["layer"], k["knob"]) for k in data.get("not_applicable") or []}
         for layer in layers:
-            for knob in get_layer(layer).knobs:
-                samples.append(("exemplar_tune_knob_drift",
-                                {"host": host, "layer": layer, "knob": f"{layer}.{knob.name}"},
-                                int((layer, knob.name) in drifting)))
-    broken = {**(doc.get("unreachable") or {}), **(doc.get("failed") or {})}
-    samples += [("exemplar_tune_host_unreachable", {"host": host}, 1) for host in sorted(broken)]
+            audited = data["audit"][layer]["status"] != "not audited"
+            samples.append(("exemplar_tune_layer_audited", {"host": host, "layer": layer},
+                            int(audited)))
+            for knob in get_layer(layer).knobs if audited else ():
+                labels = {"host": host, "layer": layer, "knob": f"{layer}.{knob.name}"}
+                if (layer, knob.name) in absent:
+                    samples.append(("exemplar_tune_knob_not_applicable", labels, 1))
+                else:
+                    samples.append(("exemplar_tune_knob_drift", labels,
+                                    int((layer, knob.name) in drifting)))
+    samples += [("exemplar_tune_host_unreachable", {"host": host}, 1)
+                for host in sorted(doc.get("unreachable") or {})]
     return _text(samples)
 
 

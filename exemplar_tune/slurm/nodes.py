@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exemplar_tune.checks.base import makes_unfit
 from exemplar_tune.errors import UserError
 from exemplar_tune.slurm.commands import SlurmError, run_client
 from exemplar_tune.slurm.prolog import REASON_PREFIX
@@ -32,8 +33,9 @@ class Plan:
     problems: int = 0
 
 
-def read_failing(path: Path) -> dict[str, str]:
-    """``{host: first failing check id}`` of a preflight result (JSON) file."""
+def read_failing(path: Path, threshold: str = "high") -> dict[str, str]:
+    """``{host: first check id that makes it unfit}`` of a preflight result (JSON) file: a
+    failing health check of severity ``threshold`` or worse (``checks.base.makes_unfit``)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -45,7 +47,8 @@ def read_failing(path: Path) -> dict[str, str]:
                         "json' document (no hosts with results)")
     failing = {}
     for host, data in hosts.items():
-        first = next((r.get("id") for r in data["results"] if r.get("status") == "fail"), None)
+        first = next((r.get("id") for r in data["results"]
+                      if isinstance(r, dict) and makes_unfit(r, threshold)), None)
         if first:
             failing[host] = str(first)
     return failing

@@ -5,10 +5,12 @@ slurmd runs the prolog as root on each allocated node with ``SLURMD_NODENAME``,
 script sets one). The facts are read in this process, without Ansible (live ``/``, or
 ``--sysroot`` where ``%n`` stands for the node name), the checks run, and:
 
-* no failing check: exit 0 and the job starts;
-* a failing check: one line per failing check on stdout (slurmd logs a failed prolog's
-  output), then ``scontrol update NodeName=$SLURMD_NODENAME State=DRAIN
-  Reason=exemplar:<first failing check id>`` (argv), then exit 1. Slurm 22.05 keeps a reason
+* no check that makes the node unfit (a failing health check of ``--drain-at`` severity or
+  worse, ``checks.base.makes_unfit``): exit 0 and the job starts; failing tuning preferences
+  are printed (``FAIL ... (tuning, not draining)``) and never drain;
+* a check that makes it unfit: one line per failing check on stdout (slurmd logs a failed
+  prolog's output), then ``scontrol update NodeName=$SLURMD_NODENAME State=DRAIN
+  Reason=exemplar:<first unfit check id>`` (argv), then exit 1. Slurm 22.05 keeps a reason
   set by the prolog (it would otherwise write "Prolog error"), requeues and holds a batch job
   and fails an interactive one;
 * the gate itself cannot run (bad profile, unreadable sysroot): drained with
@@ -33,11 +35,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.checks.base import FAIL
+from exemplar_tune.checks.base import FAIL, makes_unfit
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.facts import facts_from_sysroot
 from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import load_profile, profile_for_hosts
+from exemplar_tune.profile import host_profiles
 from exemplar_tune.slurm.commands import SlurmError, program, run_client
 
 REASON_PREFIX = "exemplar:"
@@ -80,16 +82,20 @@ def run_prolog(args: argparse.Namespace) -> int:
         drain_self(context, ERROR_REASON)
         return EXIT_USAGE
     failing = [r for r in next(iter(doc["hosts"].values()))["results"] if r["status"] == FAIL]
+    unfit = [r for r in failing if makes_unfit(r, args.drain_at)]
     seconds = time.monotonic() - start
     if args.output:
         _write(args.output, doc)
-    if not failing:
+    for result in failing:
+        kept = "" if result in unfit else (
+            " (tuning, not draining)" if not result["health"] else
+            f" (severity {result['severity']}, below --drain-at {args.drain_at}: not draining)")
+        print(f"exemplar-tune prolog {context.label}: FAIL {result['id']}: "
+              f"{result['detail']}{kept}", flush=True)
+    if not unfit:
         print(f"exemplar-tune prolog {context.label}: pass ({seconds:.2f} s)", flush=True)
         return EXIT_OK
-    for result in failing:
-        print(f"exemplar-tune prolog {context.label}: FAIL {result['id']}: {result['detail']}",
-              flush=True)
-    drain_self(context, f"{REASON_PREFIX}{failing[0]['id']}")
+    drain_self(context, f"{REASON_PREFIX}{unfit[0]['id']}")
     return EXIT_FINDINGS
 
 
@@ -110,13 +116,9 @@ def check_node(context: JobContext, args: argparse.Namespace) -> dict[str, Any]:
         facts = facts_from_sysroot(args.sysroot.replace("%n", context.node or ""), layers)
     else:
         facts = gather_facts(Sysroot("/"), layers)
-    profile = load_profile(_profile_name(args.profile, facts))
-    return preflight_hosts({context.node or "localhost": facts}, profile, layers,
+    hosts = {context.node or "localhost": facts}
+    return preflight_hosts(hosts, host_profiles(args.profile, hosts), layers,
                            args.stop_at_first_failing_layer)
-
-
-def _profile_name(requested: str, facts: dict[str, Any]) -> str:
-    return profile_for_hosts(requested, [facts])
 
 
 def drain_self(context: JobContext, reason: str) -> None:

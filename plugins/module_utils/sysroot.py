@@ -287,16 +287,18 @@ class Sysroot:
         """Output of a known command: run it live, or read the captured file in a sysroot.
 
         Raises ``NotSupported`` when the command is not installed (live) or was not captured
-        (sysroot). A command that runs but fails returns its rc and stderr. A live command runs
-        at most once per ``Sysroot`` (two layers reading the kernel log share one ``dmesg``);
-        a new ``Sysroot`` reads the host again. The layer module keeps one ``Sysroot`` across
-        its layers, so a read-back after a change must not come from here (it would see the
-        output from before): run the command itself, as the persistence knob's read-back does.
+        (sysroot). A command that runs but fails returns its rc and stderr; a sysroot keeps a
+        failed run as ``<name>.rc`` (the exit status) and ``<name>.stderr`` beside ``<name>``
+        (its stdout, when it printed any), as ``exemplar-tune snapshot`` writes them. A live
+        command runs at most once per ``Sysroot`` (two layers reading the kernel log share one
+        ``dmesg``); a new ``Sysroot`` reads the host again. The layer module keeps one
+        ``Sysroot`` across its layers, so a read-back after a change must not come from here
+        (it would see the output from before): run the command itself, as the persistence
+        knob's read-back does.
         """
         argv = COMMANDS[name]
         if not self.live:
-            rel = f"{COMMANDS_DIR}/{name}"
-            return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
+            return self._captured(name)
         if name not in self._outputs:
             try:
                 self._outputs[name] = run_command(argv)
@@ -306,6 +308,23 @@ class Sysroot:
         if isinstance(found, NotSupported):
             raise NotSupported(found.path, found.reason)  # a fresh one: no shared traceback
         return found
+
+    def _captured(self, name: str) -> CommandOutput:
+        """The captured run of command ``name``: its output, and its exit status and stderr
+        when it failed; ``NotSupported`` when the capture has neither."""
+        rel = f"{COMMANDS_DIR}/{name}"
+        status = self.read_optional(f"{rel}.rc")
+        if status is None:
+            return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
+        try:
+            rc = int(status)
+        except ValueError:
+            raise NotSupported(self.display(f"{rel}.rc"), f"not an exit status: {status!r}") \
+                from None
+        stdout = self.read_optional(rel)
+        stderr = self.read_optional(f"{rel}.stderr")
+        return CommandOutput(source=" ".join(COMMANDS[name]), stdout=stdout or "", rc=rc,
+                             stderr=stderr or "")
 
     def environ(self) -> dict[str, str]:
         """The reading process's environment, limited to NCCL_/ENROOT_ variables and HOME.

@@ -10,8 +10,12 @@ description:
   - Reads each layer's facts, plans every knob of the layer from the exemplar-tune profile
     (and the role variables in C(variables)), and applies the whole layer through the change
     engine - one journal, each change read back - all or nothing per layer - if any knob fails,
-    every change of that layer on this host is put back before the task fails, and the error
-    names the knob and the path.
+    every change of that layer on this host is put back, the error names the knob and the
+    path, and the task fails once the other layers have been applied (or audited) - one
+    layer's failure never hides the others; C(layers) gives each layer's status.
+  - A knob whose setting the host does not have or cannot take (no bootloader configuration,
+    the idle states of a virtual machine) is skipped with the reason in its C(not_applicable);
+    the rest of its layer goes on.
   - The knobs are declared once, in the collection's knob registry
     (C(plugins/module_utils/knobs/<layer>.py)); the layer roles (M(exemplar.tune.cpu) ...) and
     the C(exemplar.tune.apply) playbook call this module for one layer, and
@@ -34,11 +38,20 @@ options:
       - Left out, the host variable C(exemplar_profile).
     type: dict
     default: {}
+  profile_candidates:
+    description:
+      - Used when C(profile) is empty - candidate profiles, each with its C(match) block (keys
+        C(gpu), the product, and C(arch)); the host's hardware identity (its NVIDIA GPUs by
+        PCI device ID, its architecture) picks the one matching the most keys. This is how
+        C(exemplar-tune apply|audit --profile auto) reaches a mixed fleet; the profile
+        chosen is C(profile) in the result.
+      - Left out, the host variable C(exemplar_profile_candidates).
+    type: list
+    elements: dict
   profile_by_arch:
     description:
-      - Used when C(profile) is empty - candidate profiles by machine architecture
-        (C(aarch64), C(x86_64); C(*) for any other); the host's own architecture picks one.
-        This is how C(exemplar-tune apply|audit --profile auto) reaches a mixed fleet.
+      - Used when C(profile) and C(profile_candidates) are empty - candidate profiles by
+        machine architecture (C(aarch64), C(x86_64); C(*) for any other).
       - Left out, the host variable C(exemplar_profile_by_arch).
     type: dict
   variables:
@@ -95,13 +108,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 knobs:
-  description: One entry per knob planned - layer, knob, changed, diff, changes (path, before,
-    after), reboot_required, journal_entries.
+  description: One entry per knob planned - layer, knob, changed, not_applicable (why the knob
+    does not apply to this host, or null), diff, changes (path, before, after),
+    reboot_required, journal_entries.
   returned: always
   type: list
   elements: dict
 layers:
-  description: Per layer - layer, changed, reboot_required.
+  description: Per layer - layer, status (C(ok) or C(failed)), error (the failure's one line,
+    or null), changed, reboot_required.
   returned: always
   type: list
   elements: dict
@@ -115,6 +130,11 @@ manual_actions:
   returned: always
   type: list
   elements: dict
+profile:
+  description: The name of the profile the layers were planned with (the one chosen from
+    C(profile_candidates), when given).
+  returned: always
+  type: str
 journal:
   description: Path of the host journal (null in check mode).
   returned: always
@@ -141,6 +161,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor import read_arch
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.identity import (
+    choose_profile,
+    read_identity,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
@@ -150,6 +174,7 @@ def main() -> None:
         "layers": {"type": "list", "elements": "str", "default": list(ROLE_LAYERS),
                    "choices": list(ROLE_LAYERS)},
         "profile": {"type": "dict", "default": {}},
+        "profile_candidates": {"type": "list", "elements": "dict"},
         "profile_by_arch": {"type": "dict"},
         "variables": {"type": "dict", "default": {}},
         "knobs": {"type": "list", "elements": "str"},
@@ -167,15 +192,24 @@ def main() -> None:
     try:
         journal = open_journal(module, root)
         bmc = BmcConfig.from_params(params["bmc"])
-        profile = params["profile"] or _by_arch(root, params["profile_by_arch"] or {})
-        for name in params["layers"]:
-            done.append(run_layer(root, name, profile, params["variables"], journal,
-                                  module.check_mode, params["knobs"], bmc, bmc_connector(bmc)))
-    except LayerFailed as exc:
-        module.fail_json(msg=str(exc), knob=exc.knob, path=exc.path, **_summary(done, journal))
+        profile = params["profile"] or (
+            choose_profile(params["profile_candidates"], read_identity(root)) or {}
+            if params["profile_candidates"] else _by_arch(root, params["profile_by_arch"] or {}))
     except HostStateError as exc:
         module.fail_json(msg=str(exc), **_summary(done, journal))
-    summary = _summary(done, journal)
+    for name in params["layers"]:
+        try:
+            done.append(run_layer(root, name, profile, params["variables"], journal,
+                                  module.check_mode, params["knobs"], bmc, bmc_connector(bmc)))
+        except HostStateError as exc:
+            done.append(_failed(name, exc))
+    summary = {**_summary(done, journal), "profile": profile.get("name")}
+    failed = [layer for layer in done if layer.get("status") == "failed"]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more layer(s) failed: see layers)" if failed[1:] else ""
+        module.fail_json(msg=first["error"] + more, knob=first["knob"], path=first["path"],
+                         **summary)
     for action in summary["manual_actions"]:
         module.warn(f"{action['check']}: {action['summary']} (what to do on the "
                     f"{action['where']}: manual_actions in the result)")
@@ -196,13 +230,22 @@ def _by_arch(root: Sysroot, candidates: dict[str, Any]) -> dict[str, Any]:
     return candidates.get(arch) or candidates.get("*") or {}
 
 
+def _failed(name: str, exc: HostStateError) -> dict[str, Any]:
+    """A layer that could not be planned or applied (put back), as :func:`run_layer` reports
+    one."""
+    return {"layer": name, "status": "failed", "error": str(exc),
+            "knob": exc.knob if isinstance(exc, LayerFailed) else None, "path": exc.path,
+            "changed": False, "reboot_required": False, "knobs": [], "manual_actions": []}
+
+
 def _summary(done: list[dict[str, Any]], journal: Journal | None) -> dict[str, Any]:
     knobs = [k for layer in done for k in layer["knobs"]]
     return {"changed": any(k["changed"] for k in knobs),
             "diff": [d for k in knobs for d in k["diff"]],
             "knobs": knobs,
-            "layers": [{k: layer[k] for k in ("layer", "changed", "reboot_required")}
-                       for layer in done],
+            "layers": [{"layer": layer["layer"], "status": layer.get("status", "ok"),
+                        "error": layer.get("error"), "changed": layer["changed"],
+                        "reboot_required": layer["reboot_required"]} for layer in done],
             "reboot_required": any(layer["reboot_required"] for layer in done),
             "manual_actions": [a for layer in done for a in layer["manual_actions"]],
             "journal": journal.display if journal else None}

@@ -23,6 +23,7 @@ HOST_VARIABLES = {
     "sysroot": "exemplar_sysroot",
     "layers": "exemplar_layers",
     "profile": "exemplar_profile",
+    "profile_candidates": "exemplar_profile_candidates",
     "profile_by_arch": "exemplar_profile_by_arch",
     "run_id": "exemplar_run_id",
 }

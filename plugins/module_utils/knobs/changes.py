@@ -97,6 +97,14 @@ class RedfishChange:
 
 
 Change = FileChange | AttrChange | CommandChange | RedfishChange | Regenerate
+
+
+def service_step(unit: str, action: str, root: Sysroot) -> Regenerate:
+    """``systemctl ACTION UNIT`` (``daemon-reload`` when ``unit`` is empty) as a journaled step
+    after the files it depends on: run on a live host, recorded in a sysroot; restore runs it
+    again once the files are back."""
+    argv = ("systemctl", action, unit) if unit else ("systemctl", action)
+    return Regenerate(" ".join(argv), argv, run=root.live)
 # Builds the ``target`` of a journaled Redfish entry at restore time (``None``: cannot).
 Connect = Callable[[dict[str, Any]], Any]
 

@@ -5,12 +5,14 @@
 ``changes.apply_knobs``: one journal, each change read back, and if any knob fails every change
 of that layer on this host is put back before the error (which names the knob and the path).
 Knobs planned later see the files that earlier knobs of the layer will write
-(:class:`PlannedRoot`), so two knobs may edit one file.
+(:class:`PlannedRoot`), so two knobs may edit one file. A knob whose planner finds the setting
+does not apply to the host (``NotApplicable``: no bootloader configuration, a guest's idle
+states) is skipped with that reason; the rest of the layer goes on.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Target, flag
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
@@ -24,6 +26,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
+    NotApplicable,
     NotSupported,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import MAX_READ, Sysroot
@@ -35,6 +38,16 @@ class LayerFailed(HostStateError):
     def __init__(self, knob: str, path: str, reason: str) -> None:
         super().__init__(f"{knob}: {path}", reason)
         self.knob = knob
+
+
+class Planned(NamedTuple):
+    """One enabled knob of a layer: its target, its changes, and why it does not apply to
+    this host (``None``: it does; then ``changes`` may still be empty, nothing to do)."""
+
+    knob: Knob
+    target: Target
+    changes: list[Change]
+    not_applicable: str | None = None
 
 
 class PlannedRoot(Sysroot):
@@ -79,8 +92,9 @@ def enabled_knobs(layer: Layer, variables: dict[str, Any], only: list[str] | Non
 
 def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
                variables: dict[str, Any], only: list[str] | None = None,
-               bmc: Any = None) -> list[tuple[Knob, Target, list[Change]]]:
-    """Every enabled knob of ``layer`` with its target and its changes."""
+               bmc: Any = None) -> list[Planned]:
+    """Every enabled knob of ``layer`` with its target and its changes (or why it does not
+    apply here)."""
     knobs = enabled_knobs(layer, variables, only)
     facts = layer.gather(root) if any(k.facts for k in knobs) else {}
     section = profile.get(layer.name) or {}
@@ -90,10 +104,13 @@ def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
         target = knob.target(section, variables, facts, bmc)
         try:
             changes = knob.plan(view, target)
+        except NotApplicable as exc:
+            planned.append(Planned(knob, target, [], f"{exc.path}: {exc.reason}"))
+            continue
         except HostStateError as exc:
             raise LayerFailed(knob.id, exc.path, exc.reason + "; nothing was changed") from None
         view.add(changes)
-        planned.append((knob, target, changes))
+        planned.append(Planned(knob, target, changes))
     return planned
 
 
@@ -103,29 +120,31 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
     """Plan and apply (or, in check mode, only plan and diff) one layer on this host.
 
     Returns ``{layer, changed, reboot_required, knobs: [...], manual_actions}``; each knob
-    entry has ``layer, knob, changed, diff, changes, reboot_required, journal_entries``.
+    entry has ``layer, knob, changed, diff, changes, reboot_required, journal_entries`` and
+    ``not_applicable`` (the reason, or ``None``).
     Raises :class:`LayerFailed` with the layer put back.
     """
     layer = get_layer(name)
     planned = plan_layer(root, layer, profile, variables, only, bmc)
     try:
-        results = apply_knobs(root, {k.name: c for k, _t, c in planned}, journal, name,
+        results = apply_knobs(root, {p.knob.name: p.changes for p in planned}, journal, name,
                               check_mode)
     except ApplyFailed as exc:
         raise LayerFailed(f"{name}.{exc.knob}", exc.path, exc.reason) from None
     if not check_mode:
         _read_back(root, journal, planned, results, connect)
-    knobs = [_knob_result(knob, results[knob.name]) for knob, _t, _c in planned]
+    knobs = [_knob_result(p, results[p.knob.name]) for p in planned]
     return {"layer": name, "changed": any(k["changed"] for k in knobs),
             "reboot_required": any(k["reboot_required"] for k in knobs), "knobs": knobs,
-            "manual_actions": [action for knob, target, _c in planned if knob.advice
-                               for action in knob.resolve(knob.advice)(target)]}
+            "manual_actions": [action for p in planned
+                               if p.knob.advice and p.not_applicable is None
+                               for action in p.knob.resolve(p.knob.advice)(p.target)]}
 
 
-def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: dict,
+def _read_back(root: Sysroot, journal: Journal | None, planned: list[Planned], results: dict,
                connect: Any) -> None:
     """Each knob's own read-back (state only a tool reports); a failure puts the layer back."""
-    for knob, target, changes in planned:
+    for knob, target, changes, _reason in planned:
         if knob.after is None or not results[knob.name]["changed"]:
             continue
         try:
@@ -137,8 +156,10 @@ def _read_back(root: Sysroot, journal: Journal | None, planned: list, results: d
                 from None
 
 
-def _knob_result(knob: Knob, result: dict[str, Any]) -> dict[str, Any]:
+def _knob_result(planned: Planned, result: dict[str, Any]) -> dict[str, Any]:
+    knob = planned.knob
     return {"layer": knob.layer, "knob": knob.name, "changed": result["changed"],
+            "not_applicable": planned.not_applicable,
             "diff": result["diff"],
             "changes": [{"path": d["before_header"], "before": d["before"], "after": d["after"]}
                         for d in result["diff"]],

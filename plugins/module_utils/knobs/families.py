@@ -98,13 +98,6 @@ def _want(state: Any, target: Target) -> str | None:
     return value
 
 
-def _service_step(unit: str, action: str, root: Sysroot) -> Change:
-    """``systemctl ACTION UNIT`` as a journaled step after the files it depends on (run on a
-    live host, recorded in a sysroot); restore runs it again once the files are back."""
-    from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Regenerate
-    return Regenerate(f"systemctl {action} {unit}", ("systemctl", action, unit), run=root.live)
-
-
 class Sysctl(State):
     """A kernel parameter (``label``: ``kernel.numa_balancing``) of one value: ``/proc/sys``
     now, and its line in the layer's ``sysctl.d`` file (edited line by line, so several knobs
@@ -272,7 +265,10 @@ class FileKey(State):
             return []
         changes = plan_env_file(root, self.path, {self.label: value}, self.syntax)
         if self.service:
-            changes.append(_service_step(self.service, "try-reload-or-restart", root))
+            from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+                service_step,
+            )
+            changes.append(service_step(self.service, "try-reload-or-restart", root))
         return changes
 
 
@@ -316,7 +312,7 @@ class DropIn(State):
         """The drop-in, ``daemon-reload`` and the optional restart."""
         from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
             FileChange,
-            Regenerate,
+            service_step,
         )
         value = _want(self, target)
         if value is None:
@@ -324,10 +320,9 @@ class DropIn(State):
         text = (f"# Managed by exemplar-tune (knob {self.layer}.{self.fact}); put back by "
                 f"exemplar-tune restore.\n[{self.section}]\n{self.prop}={value}\n")
         changes: list[Change] = [FileChange(self.path, text.encode()),
-                                 Regenerate("systemctl daemon-reload",
-                                            ("systemctl", "daemon-reload"), run=root.live)]
+                                 service_step("", "daemon-reload", root)]
         if self.restart:
-            changes.append(_service_step(self.unit, "try-restart", root))
+            changes.append(service_step(self.unit, "try-restart", root))
         return changes
 
 

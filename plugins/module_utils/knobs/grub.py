@@ -16,7 +16,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     Regenerate,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import edit_text, line_key
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    NotApplicable,
+    NotSupported,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
@@ -79,22 +82,23 @@ def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str
 
     The rebuild is a journaled :class:`Regenerate` step, so restore reruns it once the
     defaults file is back. It runs on a live host (``command``, else ``update-grub`` or
-    ``grub2-mkconfig``; neither is an error); in a sysroot only when ``command`` is given,
-    otherwise it is recorded as not run. A missing defaults file means nothing to remove (and
-    is an error to add to).
+    ``grub2-mkconfig``); in a sysroot only when ``command`` is given, otherwise it is
+    recorded as not run. A host without the defaults file (a VM booted with a direct kernel,
+    a netboot node, a container), or a live host with no command to rebuild the bootloader
+    configuration, does not take kernel arguments this way: ``NotApplicable``.
     """
     try:
         text = root.read_text(path, strip=False)
-    except NotSupported:
-        if not add:
-            return []
-        raise
+    except NotSupported as exc:
+        raise NotApplicable(exc.path, f"{exc.reason}: this host's kernel arguments are not set "
+                            "by GRUB defaults (direct kernel, netboot or container boot)") \
+            from None
     new = edit_grub(text, remove, add)
     argv = bootloader_command(command) if root.live else command
     if root.live and not argv:
-        raise NotSupported("bootloader configuration", "neither update-grub nor grub2-mkconfig "
-                           "found: set exemplar_bootloader_command (a change the next boot "
-                           "would not see is not made)")
+        raise NotApplicable(LABEL, "neither update-grub nor grub2-mkconfig found: set "
+                            "exemplar_bootloader_command (a change the next boot would not "
+                            "see is not made)")
     rebuild = Regenerate(LABEL, tuple(argv)) if argv else Regenerate(LABEL, ("update-grub",),
                                                                      run=False)
     return [FileChange(path, new.encode(), root.file_mode(path) or 0o644), rebuild]

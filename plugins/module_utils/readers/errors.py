@@ -24,6 +24,11 @@ class NotSupported(HostStateError):
         super().__init__(path, reason)
 
 
+class NotApplicable(HostStateError):
+    """A setting this host does not have or cannot take (no bootloader configuration, the idle
+    states of a guest): the knob is skipped with this reason, the rest of its layer goes on."""
+
+
 class ParseError(HostStateError):
     """A file or command output exists but its content is not in the expected format."""
 

@@ -14,6 +14,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     AttrChange,
     Change,
     FileChange,
+    service_step,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import POLICIES
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
@@ -31,22 +32,56 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist impo
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotApplicable,
+    NotSupported,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor import read_cpu_flags
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
 IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
+CPUIDLE_DRIVER = "sys/devices/system/cpu/cpuidle/current_driver"
 def _deep(target: Target) -> bool:
     return bool(target.want.get("deep_cstates"))
 
 
 def state_names(target: Target) -> list[str]:
-    """Idle states to allow: the profile's names, else the deepest state the CPUs expose."""
+    """Idle states to allow: the profile's names (refused unless plain words), else the
+    deepest state the CPUs expose (as the host names it: data, never refused)."""
     names = target.want.get("deep_cstate_names") or []
-    if not names:
-        deepest = (target.facts.get("cpuidle") or {}).get("deepest_state")
-        names = [deepest] if deepest else []
-    return [matching(name, IDLE_STATE, "cpu.deep_cstate_names") for name in names]
+    if names:
+        return [matching(name, IDLE_STATE, "cpu.deep_cstate_names") for name in names]
+    deepest = (target.facts.get("cpuidle") or {}).get("deepest_state")
+    return [deepest] if deepest else []
+
+
+def guest_idle_states(root: Sysroot, target: Target) -> None:
+    """``NotApplicable`` on a virtual machine: a guest's idle states (the ``haltpoll`` driver,
+    or any driver under a hypervisor) decide how the guest waits, not the C-states of the
+    physical CPUs, which the hypervisor host sets."""
+    driver = (target.facts.get("cpuidle") or {}).get("driver")
+    if driver == "haltpoll":
+        raise NotApplicable(f"/{CPUIDLE_DRIVER}", "cpuidle driver haltpoll: a virtual "
+                            "machine's idle states do not set the physical CPUs' C-states "
+                            "(set them on the hypervisor host)")
+    try:
+        flags = read_cpu_flags(root)
+    except NotSupported:
+        return
+    if "hypervisor" in flags:
+        raise NotApplicable("/proc/cpuinfo", "CPU flag hypervisor: a virtual machine's idle "
+                            "states do not set the physical CPUs' C-states (set them on the "
+                            "hypervisor host)")
+
+
+def udev_match(value: str) -> str:
+    """``value`` as a udev match string: every character udev or its quoting would read
+    (quote, backslash, glob, alternation, control, non-ASCII) becomes ``?``, which matches
+    that one character, so a name read from the host cannot change the rule's syntax."""
+    return "".join(c if c.isascii() and c.isprintable() and c not in '"\\*?[]|' else "?"
+                   for c in value)
 
 
 def udev_rule(names: list[str], indices: list[int]) -> bytes:
@@ -54,16 +89,16 @@ def udev_rule(names: list[str], indices: list[int]) -> bytes:
 
     One line per state index and name, matched by the state's name (never by index alone, so
     a CPU whose states are numbered differently still gets the right one); no shell, no
-    program: udev writes the attribute itself.
+    program: udev writes the attribute itself. Names are written through :func:`udev_match`.
     """
     lines = ["# Managed by exemplar-tune (layer cpu, knob deep_cstates); put back by "
              "exemplar-tune restore.",
-             f"# Enables the idle states {', '.join(names)} by name on every CPU, at boot and "
-             "whenever a CPU is added or brought online."]
+             f"# Enables the idle states {', '.join(map(udev_match, names))} by name on every "
+             "CPU, at boot and whenever a CPU is added or brought online."]
     for index in indices:
         for name in names:
             lines.append(f'ACTION=="add|online", SUBSYSTEM=="cpu", KERNEL=="cpu[0-9]*", '
-                         f'ATTR{{cpuidle/state{index}/name}}=="{name}", '
+                         f'ATTR{{cpuidle/state{index}/name}}=="{udev_match(name)}", '
                          f'ATTR{{cpuidle/state{index}/disable}}="0"')
     return ("\n".join(lines) + "\n").encode()
 
@@ -73,6 +108,7 @@ def plan_deep_cstates(root: Sysroot, target: Target) -> list[Change]:
     turns the state off at boot (``default_status`` disabled)."""
     if not _deep(target):
         return []
+    guest_idle_states(root, target)
     names = state_names(target)
     if not names:
         return []
@@ -207,11 +243,14 @@ def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
                            allowed_cpus_dropin(u, listed)) for u in units]
     if not root.live:
         changes += sysroot_effects(root, units, listed)
+    # systemd reads the drop-ins now, so a later reload cannot put its old cpusets back
+    changes.append(service_step("", "daemon-reload", root))
     rest = sorted(set(online_cpus(target.facts)) - set(house))
     if rest:
         path = clean_path(target.settings["cpu_irqbalance_path"], "cpu_irqbalance_path")
         changes += plan_env_file(root, path, {"IRQBALANCE_BANNED_CPULIST": format_cpulist(rest)},
                                  "shell")
+        changes.append(service_step("irqbalance", "try-restart", root))  # reads it at start
     return changes
 
 
