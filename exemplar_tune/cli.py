@@ -78,12 +78,16 @@ def _warn_unfinished(args: argparse.Namespace) -> None:
     quiet = ("rollback", "resume", "abandon", "history", "show", "report", "sim")
     if args.command in quiet or not Path(path).exists():
         return
-    with Ledger(path) as ledger:
-        for exp in ledger.unfinished():
-            if exp.get("controller_alive") is False:
-                print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
-                      f"died): 'exemplar-tune rollback --run {exp['id']}' restores it, "
-                      f"'exemplar-tune resume --run {exp['id']}' continues it", file=sys.stderr)
+    try:
+        with Ledger(path) as ledger:
+            unfinished = ledger.unfinished()
+    except UserError:  # a ledger this user cannot open (read-only home, a container): no hint
+        return
+    for exp in unfinished:
+        if exp.get("controller_alive") is False:
+            print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
+                  f"died): 'exemplar-tune rollback --run {exp['id']}' restores it, "
+                  f"'exemplar-tune resume --run {exp['id']}' continues it", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

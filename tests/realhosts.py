@@ -34,6 +34,8 @@ KINDS = {
     "snapshot-kvm-haltpoll": "KVM guest, 2 AMD EPYC vCPUs, cpuidle driver haltpoll (the "
                              "machine this project's tests were developed on, as exemplar-tune "
                              "snapshot captured it)",
+    "snapshot-bwrap-sandbox": "a bubblewrap container on that machine (PID, UTS and IPC "
+                              "namespaces, read-only root): PID 1 is not an init system",
 }
 
 

@@ -176,6 +176,22 @@ def test_reading_commands_never_create_a_ledger(tmp_path):
     assert not missing.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_a_ledger_that_cannot_be_opened_does_not_stop_commands_that_need_none(tmp_path):
+    """The hint about unfinished experiments reads the ledger; a ledger this user cannot open
+    (read-only home, a container, a damaged file) only means no hint."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ledger.sqlite3").write_text("not a database\n")
+    env = {**cli_env(), "EXEMPLAR_TUNE_STATE_DIR": str(state)}
+    out = subprocess.run([sys.executable, "-m", "exemplar_tune.cli", "facts", "--sysroot",
+                          str(SYSROOTS / "h100-x86"), "--layer", "workload"],
+                         capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    history = subprocess.run([sys.executable, "-m", "exemplar_tune.cli", "history"],
+                             capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert history.returncode == 2 and "not a readable exemplar-tune ledger" in history.stderr
+
+
 def test_help_teaches_each_command():
     restore = cli("restore", "--help").stdout
     assert "exemplar-tune rollback --run latest" in restore and "--bench" not in restore

@@ -460,7 +460,7 @@ def test_no_capture_is_absent_not_error(tmp_path):
     facts = layer_gpu.gather(fake_root(tmp_path, {"dmesg.txt": "[ 0.0] Linux version 6.8\n"}))
     assert (facts["present"], facts["count"], facts["gpus"], facts["source"]) == (
         False, 0, [], None)
-    assert facts["reason"] == "/.exemplar/commands/nvidia-smi-q-x.xml: not present"
+    assert facts["reason"] == "/.exemplar/commands/nvidia-smi-q-x.xml: not captured"
     assert facts["errors"] == []
 
 

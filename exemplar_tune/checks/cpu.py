@@ -280,8 +280,10 @@ def check_pm_qos_holder(facts: Facts, profile: Profile) -> Outcome:
     evidence = _evidence(facts, "pm_qos", "tuned")
     if findings:
         return Outcome(FAIL, observed, expected, "; ".join(findings), evidence)
-    if value is None:
-        return skip("cannot read /dev/cpu_dma_latency (needs root)")
+    if value is None:  # absent from a capture, or a live host read without root
+        why = next((e.get("error") for e in cpu.get("errors") or []
+                    if e.get("fact") == "pm_qos"), None)
+        return skip(f"cannot read /dev/cpu_dma_latency ({why or 'needs root'})")
     return Outcome(PASS, observed, expected,
                    f"/dev/cpu_dma_latency = {value} us, no per-CPU resume-latency limit",
                    evidence)

@@ -315,7 +315,12 @@ class Sysroot:
         rel = f"{COMMANDS_DIR}/{name}"
         status = self.read_optional(f"{rel}.rc")
         if status is None:
-            return CommandOutput(source=self.display(rel), stdout=self.read_text(rel, strip=False))
+            try:
+                stdout = self.read_text(rel, strip=False)
+            except NotSupported as exc:
+                reason = "not captured" if exc.reason == "not present" else exc.reason
+                raise NotSupported(exc.path, reason) from None
+            return CommandOutput(source=self.display(rel), stdout=stdout)
         try:
             rc = int(status)
         except ValueError:
