@@ -61,6 +61,7 @@ def gate(slurm_cluster, tmp_path_factory):
     the daemons; put back afterwards."""
     work = tmp_path_factory.mktemp("gate")
     nodes = node_sysroots(work / "nodes")
+    slurm_cluster.gate_nodes = nodes  # the trees the gate reads, for running it by hand
     host = run_role(slurm_cluster, work, slurm_prolog_args=["--sysroot", f"{nodes}/%n"])
     assert host.status == "ok", host.message
     slurm_cluster.scontrol("reconfigure")
@@ -95,14 +96,23 @@ def test_healthy_node_runs_the_job(cluster):
 
 
 def test_a_failing_tuning_preference_is_logged_and_never_drains(cluster):
-    """node2 has C6 disabled on one CPU: a failing check, but a tuning preference."""
+    """node2 has C6 disabled on one CPU: a failing check, but a tuning preference. The job
+    runs; the gate, run as slurmd runs it, prints the failure and exits 0 (slurmd logs a
+    prolog's output only when it fails)."""
     done = srun(cluster, "-w", "node2", "/bin/echo", "ran")
     assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
     assert cluster.node_state("node2")[0] in ("idle", "mixed", "completing")
-    log = (cluster.dir / "log" / "slurmd-node2.log").read_text()
-    assert ("FAIL cpu.deep-cstates-disabled: C6 (290 us) disabled on CPUs 2 (tuning, not "
-            "draining)") in log
-    assert "drained" not in log
+    env = {"SLURMD_NODENAME": "node2", "SLURM_JOB_ID": "98", "SLURM_CONF": str(cluster.conf)}
+    gate = subprocess.run([EXECUTABLE, "preflight", "--slurm-prolog", "--profile", "h100-x86",
+                           "--sysroot", f"{cluster.gate_nodes}/%n"], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert gate.stdout.splitlines() == [
+        "exemplar-tune prolog node2 job 98: FAIL cpu.deep-cstates-disabled: C6 (290 us) "
+        "disabled on CPUs 2 (default_status=enabled) (tuning, not draining)",
+        gate.stdout.splitlines()[1]]
+    assert gate.stdout.splitlines()[1].startswith("exemplar-tune prolog node2 job 98: pass (")
+    assert cluster.node_state("node2")[0] in ("idle", "mixed", "completing")
 
 
 def test_a_failing_health_check_drains_the_node_with_its_id(cluster):

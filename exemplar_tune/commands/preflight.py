@@ -27,11 +27,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 PREFLIGHT_EPILOG = """examples:
-  exemplar-tune preflight                               this host, profile chosen by its arch
+  exemplar-tune preflight                               this host, profile chosen by its hardware
   exemplar-tune preflight --profile gb200-grace --stop-at-first-failing-layer
   exemplar-tune preflight --sysroot node07.tar.gz --format html --output node07.html
   exemplar-tune preflight -i hosts.yml --format json --output fleet.json
   exemplar-tune preflight --launcher "enroot start --rw pytorch"   check inside the container
+  exemplar-tune preflight --slurm-prolog --drain-at medium   as a Slurm prolog gate
 
 Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
 (pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
