@@ -35,6 +35,8 @@ def open_sysroot(path: str) -> Iterator[str]:
         return
     if not source.exists():
         raise BundleError(f"sysroot {path}: no such file or directory")
+    if not source.is_file():  # a FIFO or device would be read forever
+        raise BundleError(f"sysroot {path}: neither a directory nor an archive file")
     workdir = tempfile.mkdtemp(prefix=f"exemplar-sysroot-{os.getpid()}-")
     try:
         extract_archive(source, Path(workdir))

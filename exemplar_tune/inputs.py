@@ -1,7 +1,11 @@
-"""Reading the user's input files: bounded, UTF-8, every problem a one-line ``UserError``."""
+"""The user's files: inputs read bounded and as UTF-8, and ``--output`` targets that are
+regular files; every problem a one-line ``UserError``."""
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 from pathlib import Path
 
 from exemplar_tune.errors import UserError
@@ -23,18 +27,68 @@ def read_input(path: Path | str, what: str, limit: int = MAX_INPUT) -> str:
 
 
 def read_input_bytes(path: Path | str, what: str, limit: int = MAX_INPUT) -> bytes:
-    """The bytes of ``path``; ``UserError`` (one line) when it is missing or unreadable, or
-    holds more than ``limit`` bytes (at most ``limit + 1`` are read: ``/dev/zero`` too)."""
+    """The bytes of ``path`` (``-``: standard input); ``UserError`` (one line) when it is
+    missing, unreadable or not a regular file (a FIFO would wait forever for a writer, a device
+    never end), or holds more than ``limit`` bytes (at most ``limit + 1`` are read)."""
+    if str(path) == "-":
+        return _bounded(sys.stdin.buffer.read(limit + 1), "standard input", what, limit)
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=_regular_file) as handle:
             data = handle.read(limit + 1)
     except FileNotFoundError:
         raise UserError(f"{what} {path} not found") from None
     except IsADirectoryError:
         raise UserError(f"{what} {path} is a directory, not a file") from None
+    except _NotRegular as exc:
+        raise UserError(f"{what} {path} is {exc}, not a regular file (give - to read standard "
+                        "input)") from None
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    return _bounded(data, path, what, limit)
+
+
+def _bounded(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
     if len(data) > limit:
         raise UserError(f"{what} {path} is larger than {limit >> 20} MiB: give the part that "
                         "matters (e.g. its last lines)")
     return data
+
+
+class _NotRegular(OSError):
+    """The path names a FIFO, device or socket (the text says which)."""
+
+
+def _regular_file(path: str, flags: int) -> int:
+    """``os.open`` for a regular file only, checked on the open descriptor; ``O_NONBLOCK`` so
+    that opening a FIFO without a writer does not wait."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a directory: IsADirectoryError on read
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    raise _NotRegular(_kind(mode))
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+
+
+def output_file(path: Path | str, what: str = "--output") -> Path:
+    """``path`` when a report may be written there: a regular file, or a name not taken yet.
+
+    A device, FIFO, socket or directory is refused (``UserError``): a report replaced by a
+    rename would destroy such a node (``/dev/null`` as root), and writing into a FIFO would
+    wait forever for a reader. Without ``--output`` the report goes to stdout instead.
+    """
+    try:
+        mode = Path(path).stat().st_mode  # through links: a link to /dev/null is refused too
+    except FileNotFoundError:
+        return Path(path)
+    except OSError as exc:
+        raise UserError(f"{what} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode):
+        return Path(path)
+    raise UserError(f"{what} {path} is {_kind(mode)}, not a regular file: reports are written "
+                    "only to regular files (leave --output out to print to stdout)")

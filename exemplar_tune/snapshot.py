@@ -30,6 +30,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import (
 
 from exemplar_tune import __version__
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import output_file
 
 MANIFEST = ".exemplar/manifest.json"
 # Only these symlink targets are kept among the per-process fd links the readers scan.
@@ -58,7 +59,7 @@ def _open_output(output: Path) -> tarfile.TarFile:
     if output.suffixes[-2:] != [".tar", ".gz"] and output.suffix != ".tgz":
         raise UserError(f"snapshot output {output} must end in .tar.gz or .tgz")
     try:
-        return tarfile.open(output, "w:gz")
+        return tarfile.open(output_file(output, "snapshot output"), "w:gz")
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
 

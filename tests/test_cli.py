@@ -198,3 +198,14 @@ def test_help_teaches_each_command():
     assert "an Ansible pattern" in cli("audit", "--help").stdout
     assert "The newest experiments in the ledger" in cli("history", "--help").stdout
     assert "the workload shapes to measure" in cli("tune", "--help").stdout
+
+
+@pytest.mark.parametrize("argv", [["preflight"], ["facts"], ["audit"],
+                                  ["apply", "--layer", "cpu", "--check"]])
+def test_a_missing_inventory_is_one_line_for_every_command(tmp_path, argv):
+    """Ansible takes a path that does not exist for a host name (SSH, DNS, exit 1)."""
+    missing = tmp_path / "nonexistent" / "inv.yml"
+    out = cli(*argv, "-i", str(missing))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == (f"exemplar-tune: error: inventory {missing} not found (a file "
+                                  "or directory; a host list needs a comma: -i node1,)")

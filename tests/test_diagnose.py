@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +26,7 @@ from exemplar_tune.diagnose import (
 )
 from exemplar_tune.diagnose.base import KINDS_TEXT, SIGNAL_CHECKS, finding
 from tests.conftest import SAMPLES
+from tests.helpers import cli_env
 from tests.test_cli import cli
 
 GB300 = "nccl_tests_all_gather_perf_gcp_a4xmax_gb300.txt"
@@ -549,9 +552,15 @@ def test_several_files_report_every_readable_one(tmp_path):
 
 
 def test_endless_input_is_refused_in_bounded_memory():
-    """/dev/zero never ends: at most the limit plus one byte is read, then one line."""
+    """/dev/zero never ends: refused before it is read (a device, not a file); standard input
+    is read up to the limit plus one byte, then one line."""
     reports, [error] = diagnose_paths(["/dev/zero"])
-    assert reports == [] and re.match(r"capture /dev/zero is larger than 64 MiB", error)
+    assert reports == [] and error.startswith("capture /dev/zero is a device, not a regular file")
+    endless = subprocess.run(f"head -c {(64 << 20) + 10} /dev/zero | {sys.executable} -m "
+                             "exemplar_tune.cli diagnose -", shell=True, capture_output=True,
+                             text=True, env=cli_env(), check=False, timeout=120)
+    assert endless.returncode == 2
+    assert "capture standard input is larger than 64 MiB" in endless.stderr
 
 
 def test_malformed_known_format_is_diagnose_error():

@@ -156,3 +156,22 @@ def test_limit_takes_hostlists_beside_ansible_patterns():
     assert ansible_limit("!gpu[1,3]") == "!gpu1,!gpu3"
     for pattern in ("web[0:2]", "~node0[1-3]", "gpu*", "rack1:&compute", None):
         assert ansible_limit(pattern) == pattern
+
+
+@pytest.mark.parametrize("bad", ["[", "]", "node[", "gpu]1", "web[]", "web[a:b]"])
+def test_a_limit_with_stray_brackets_is_refused_not_taken_for_every_host(bad):
+    """A lone ``[`` reached Ansible as a pattern that matches every host."""
+    with pytest.raises(ValueError, match="neither a hostlist .* nor a group subscript"):
+        ansible_limit(bad)
+    for kept in ("web[-1]", "web[0:2]", "web[1:]", "!web[:3]"):  # web[0] is a hostlist
+        assert ansible_limit(kept) == kept
+
+
+@pytest.mark.parametrize("huge", ["gpu[0-99999999999999999999]", "node[01-02],!node[00-99999999]",
+                                  "r[1-1000]-n[1-1000]"])
+def test_a_hostlist_naming_too_many_hosts_is_refused_before_it_is_spelt_out(huge):
+    """Counted first: before, expanding these took gigabytes."""
+    with pytest.raises(ValueError, match=r"names \d+ hosts, more than 100000"):
+        ansible_limit(huge)
+    out = cli("preflight", "-i", "x,", "--limit", huge)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr

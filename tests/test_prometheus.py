@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,3 +90,22 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "No such file or directory" in out.stderr
     assert not os.path.exists(target.parent)
+
+
+def test_output_onto_a_device_or_fifo_is_refused_and_the_node_kept(tmp_path: Path) -> None:
+    """Before, the rename replaced the node with a regular file (as root, /dev/null)."""
+    fifo = tmp_path / "exemplar.prom"
+    os.mkfifo(fifo)
+    link = tmp_path / "null.prom"
+    link.symlink_to("/dev/null")
+    for target, kind in ((fifo, "a FIFO"), (link, "a device")):
+        for fmt in ("prometheus", "json"):
+            out = cli("preflight", "--sysroot", str(SYSROOTS / "h100-x86"), "--format", fmt,
+                      "--output", str(target))
+            assert out.returncode == 2, out.stderr
+            assert out.stderr.strip() == (f"exemplar-tune: error: --output {target} is {kind}, "
+                                          "not a regular file: reports are written only to "
+                                          "regular files (leave --output out to print to "
+                                          "stdout)")
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and link.is_symlink()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -39,7 +39,8 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
                          description="Analyse files captured on a node or from a job and map "
                          "what they show to layers and checks.", epilog=DIAGNOSE_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmd.add_argument("files", nargs="+", metavar="FILE")
+    cmd.add_argument("files", nargs="+", metavar="FILE",
+                     help="a captured output (a regular file; - reads standard input)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.add_argument("--compare", action="store_true",
                      help="with two nccl-tests files: busbw ratio per size (second / first); "

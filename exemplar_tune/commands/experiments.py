@@ -14,6 +14,7 @@ from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.playbook_runs import claim_hosts, recorded, runner
+from exemplar_tune.inputs import output_file
 from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
 from exemplar_tune.orchestration.benchmark import load_benchmarks
 from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment, walk_layers
@@ -217,7 +218,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(text, end="")
         return EXIT_OK
     try:
-        args.output.write_text(text)
+        output_file(args.output).write_text(text)
     except OSError as exc:
         raise UserError(f"report --output {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES, UnknownLayer
 
 from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
+from exemplar_tune.fleet.inventory import check_source
 from exemplar_tune.orchestration.stats import BLOCK_RUNS, CONFIDENCE, MAX_RUNS, MIN_EFFECT, MIN_RUNS
 
 PROFILE_HELP = ("targets: a shipped profile, a YAML file, or 'auto' (the default: each host "
@@ -54,7 +55,10 @@ def check_layers(names: list[str] | None) -> None:
 
 
 def facts_runner(args: argparse.Namespace) -> AnsibleRun:
-    """The Ansible run that reads facts from the hosts ``add_host_options`` parsed."""
+    """The Ansible run that reads facts from the hosts ``add_host_options`` parsed; a missing
+    inventory file is one line (Ansible would take its path for a host name)."""
+    if args.inventory:
+        check_source(args.inventory)
     return AnsibleRun(args.inventory or local_inventory(), limit=args.limit, forks=args.forks,
                       timeout=args.timeout)
 

@@ -13,7 +13,7 @@ from exemplar_tune.commands.options import add_host_options, check_layers, facts
 from exemplar_tune.commands.slurm import add_prolog_option
 from exemplar_tune.errors import UserError
 from exemplar_tune.facts import collect_facts
-from exemplar_tune.inputs import read_input
+from exemplar_tune.inputs import output_file, read_input
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import host_profiles, shipped_profiles
@@ -118,7 +118,7 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
         write_atomically(args.output, text)
         return
     try:
-        args.output.write_text(text + ("" if text.endswith("\n") else "\n"))
+        output_file(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}")

@@ -18,6 +18,9 @@ from collections.abc import Iterable
 _LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _HOSTLIST_ITEM = re.compile(r"^(!?)([^\[\]]*\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*\].*)$")
+# Ansible's own subscript of a group: webservers[0], webservers[-1], webservers[0:2], [1:]
+_SUBSCRIPT = re.compile(r"^[!&]?[^\[\]]+\[(?=[^\]]*[0-9])-?[0-9]*(?::-?[0-9]*)?\]$")
+MAX_HOSTS = 100_000  # the most hosts one expression may name
 
 
 def compress(hosts: Iterable[str]) -> str:
@@ -78,12 +81,22 @@ def without_host(text: str, host: str) -> str:
 def expand(expression: str) -> list[str]:
     """The host names of a hostlist expression, in the order written.
 
-    Raises ``ValueError`` (one line) on unbalanced brackets, an empty name or a bad range.
+    Raises ``ValueError`` (one line) on unbalanced brackets, an empty name, a bad range, or an
+    expression naming more than :data:`MAX_HOSTS` hosts (counted before any is spelt out).
     """
-    hosts: list[str] = []
-    for part in _split_top_level(expression):
+    parts = _split_top_level(expression)
+    total = 0
+    for part in parts:
         if not part or "[" in _BRACKET.sub("", part) or "]" in _BRACKET.sub("", part):
             raise ValueError(f"bad hostlist {expression!r}: empty name or unbalanced brackets")
+        size = 1
+        for body in _BRACKET.findall(part):
+            size *= sum(last - start + 1 for _, start, last in _ranges(body, expression))
+        total += size
+    if total > MAX_HOSTS:
+        raise ValueError(f"hostlist {expression!r} names {total} hosts, more than {MAX_HOSTS}")
+    hosts: list[str] = []
+    for part in parts:
         pieces = _BRACKET.split(part)  # text, range, text, range, ..., text
         choices = [[piece] if i % 2 == 0 else _range_items(piece, expression)
                    for i, piece in enumerate(pieces)]
@@ -103,15 +116,21 @@ def _split_top_level(expression: str) -> list[str]:
     return [*parts, "".join(current)]
 
 
-def _range_items(body: str, expression: str) -> list[str]:
-    items = []
+def _ranges(body: str, expression: str) -> list[tuple[str, int, int]]:
+    """``(first as written, first, last)`` of each range of a bracket's ``body``."""
+    found = []
     for token in body.split(","):
         first, dash, last = token.partition("-")
         last = last if dash else first
         if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
             raise ValueError(f"bad hostlist {expression!r}: range {token!r}")
-        items += [f"{n:0{len(first)}d}" for n in range(int(first), int(last) + 1)]
-    return items
+        found.append((first, int(first), int(last)))
+    return found
+
+
+def _range_items(body: str, expression: str) -> list[str]:
+    return [f"{n:0{len(first)}d}" for first, start, last in _ranges(body, expression)
+            for n in range(start, last + 1)]
 
 
 def ansible_limit(pattern: str | None) -> str | None:
@@ -119,15 +138,21 @@ def ansible_limit(pattern: str | None) -> str | None:
 
     ``node[01-03],!node02`` becomes ``node01,node02,node03,!node02``; an item's ``!`` applies
     to every host it names. Ansible's own subscripts (``group[0:2]``), wildcards, ``&`` and
-    ``~regex`` items are left as they are. ``ValueError`` on a malformed hostlist.
+    ``~regex`` items are left as they are. ``ValueError`` on a malformed hostlist, and on any
+    other item with a bracket (a lone ``[``: Ansible would match every host).
     """
     if not pattern:
         return pattern
     items = []
     for item in _split_top_level(pattern):
         match = _HOSTLIST_ITEM.match(item)
-        if match and not item.startswith("~"):
+        if item.startswith("~"):
+            items.append(item)
+        elif match:
             items += [match.group(1) + host for host in expand(match.group(2))]
+        elif ("[" in item or "]" in item) and not _SUBSCRIPT.match(item):
+            raise ValueError(f"{item!r} is neither a hostlist (gpu[01-04]) nor a group "
+                             "subscript (group[0:2]): brackets unbalanced or empty")
         else:
             items.append(item)
     return ",".join(items)

@@ -35,6 +35,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import get_la
 
 from exemplar_tune import __version__
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import output_file
 
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2}
 _HELP = {
@@ -115,7 +116,9 @@ def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = No
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one rename (mode 0644), never leaving half a file."""
+    """Replace ``path`` with ``text`` in one rename (mode 0644), never leaving half a file;
+    only a regular file is ever replaced (:func:`~exemplar_tune.inputs.output_file`)."""
+    output_file(path)
     directory = path.parent if str(path.parent) else Path(".")
     try:
         handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
