@@ -82,8 +82,8 @@ def host_profiles(requested: str, facts_by_host: dict[str, dict[str, Any]]
 
 
 def profile_for_hosts(requested: str, facts: Iterable[dict[str, Any]]) -> str:
-    """One profile for hosts with these facts, for the commands that need one (tune, sweep,
-    the prolog): ``requested`` itself, or for ``auto`` the profile every host calls for;
+    """One profile for hosts with these facts, for the commands that need one (tune, sweep):
+    ``requested`` itself, or for ``auto`` the profile every host calls for;
     ``ProfileError`` when the hosts call for different ones."""
     if requested != AUTO:
         return requested
