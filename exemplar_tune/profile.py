@@ -52,6 +52,8 @@ def shipped_profiles() -> list[str]:
 
 
 AUTO = "auto"
+MAX_EXTENDS = 16  # profiles in one extends chain
+MAX_PROFILE = 1 << 20  # bytes of one profile file (the shipped ones are under 2 kB)
 
 
 @cache
@@ -112,8 +114,12 @@ def load_profile(name_or_path: str) -> dict[str, Any]:
     """The profile called ``name_or_path`` (shipped) or stored at that path, its ``extends``
     chain merged, validated."""
     path = _resolve(name_or_path, Path.cwd())
-    data = _load_chain(path, [])
-    validate_profile(data, str(path))
+    try:
+        data = _load_chain(path, [])
+        validate_profile(data, str(path))
+    except RecursionError:
+        raise ProfileError(f"profile {path}: nested too deeply (keep mappings and lists under "
+                           "a few hundred levels)") from None
     return data
 
 
@@ -130,17 +136,25 @@ def _resolve(name_or_path: str, base: Path) -> Path:
 
 
 def _load_chain(path: Path, seen: list[Path]) -> dict[str, Any]:
-    """The profile at ``path`` merged over the chain it ``extends`` (not yet validated)."""
+    """The profile at ``path`` merged over the chain it ``extends`` (not yet validated): at
+    most :data:`MAX_EXTENDS` profiles deep, each parent a shipped name or a YAML file (so
+    ``extends: /etc/shadow`` never reads another kind of file)."""
     if path in seen:
         chain = " -> ".join(p.name for p in [*seen, path])
         raise ProfileError(f"profile {seen[0]}: extends itself ({chain})")
+    if len(seen) >= MAX_EXTENDS:
+        raise ProfileError(f"profile {seen[0]}: extends more than {MAX_EXTENDS} profiles deep")
     data = _read(path)
     parent = data.pop("extends", None)
     if parent is None:
         return data
     if not isinstance(parent, str) or not parent.strip():
         raise ProfileError(f"profile {path}: extends: a shipped profile name or a file path")
-    merged = merge(_load_chain(_resolve(parent, path.parent), [*seen, path]), data)
+    resolved = _resolve(parent, path.parent)
+    if resolved.parent != PROFILES_DIR and resolved.suffix not in (".yaml", ".yml"):
+        raise ProfileError(f"profile {path}: extends: {parent} is neither a shipped profile "
+                           "nor a .yaml/.yml file")
+    merged = merge(_load_chain(resolved, [*seen, path]), data)
     if "name" not in data:
         merged["name"] = path.stem
     return merged
@@ -148,11 +162,14 @@ def _load_chain(path: Path, seen: list[Path]) -> dict[str, Any]:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(read_input(path, "profile"))
+        data = yaml.safe_load(read_input(path, "profile", MAX_PROFILE))
     except UserError as exc:
         raise ProfileError(str(exc)) from None
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {path}: cannot read it: {_one_line(exc)}") from None
+    except yaml.YAMLError as exc:  # where and what, never the file's own text
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise ProfileError(f"profile {path}: not valid YAML: {problem}{where}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path}: (top level): a mapping of sections, e.g. "
                            "'extends: h100-x86' and the keys that differ")

@@ -75,7 +75,7 @@ def test_report_files(tmp_path, fmt, marker):
 @pytest.mark.parametrize("profile_text, message", [
     ("name: x\ncpu:\n  governer: performance\n", "cpu: Additional properties are not allowed"),
     ("name: x\ngpu:\n  count: eight\n", "gpu.count: 'eight' is not of type 'integer'"),
-    ("name: [unclosed\n", "cannot read it"),
+    ("name: [unclosed\n", "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2"),
     ("cpu: {}\n", "(top level): 'name' is a required property"),
 ])
 def test_bad_profile_is_one_line_exit_2(tmp_path, profile_text, message):

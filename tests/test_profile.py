@@ -81,3 +81,35 @@ def test_profile_show_and_list(tmp_path: Path) -> None:
         "b200-x86", "gb200-grace", "gb300-grace", "generic", "h100-x86", "h200-x86"]
     bad = cli("profile", "show", str(write(tmp_path / "b.yaml", {"extends": "b.yaml"})))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_extends_reads_only_profiles_and_never_quotes_another_file(tmp_path: Path) -> None:
+    """``extends: /etc/passwd`` (or any file that is not YAML by name) is refused unread; a
+    YAML error names the line and column, never the file's text."""
+    site = write(tmp_path / "site.yaml", {"extends": "/etc/passwd"})
+    with pytest.raises(ProfileError, match=r"extends: /etc/passwd is neither a shipped profile "
+                                           r"nor a \.yaml/\.yml file$"):
+        load_profile(str(site))
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("token: s3cr3t-value\n  broken: [\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(write(tmp_path / "b.yaml", {"extends": str(secret)})))
+    assert "s3cr3t" not in str(err.value) and "(line 2, column" in str(err.value)
+
+
+def test_chains_and_nesting_have_bounds(tmp_path: Path) -> None:
+    """A 3,000-deep extends chain and deeply nested YAML were internal errors (RecursionError)."""
+    for i in range(20):
+        write(tmp_path / f"p{i}.yaml", {"extends": f"p{i + 1}.yaml"} if i < 19 else
+              {"extends": "h100-x86"})
+    with pytest.raises(ProfileError, match="extends more than 16 profiles deep"):
+        load_profile(str(tmp_path / "p0.yaml"))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: d\ncpu: " + "[" * 5000 + "]" * 5000 + "\n")
+    out = cli("profile", "show", str(deep))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "nested too deeply" in out.stderr
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: h\ndescription: " + "x" * (2 << 20) + "\n")
+    with pytest.raises(ProfileError, match="huge.yaml is larger than 1 MiB"):
+        load_profile(str(huge))  # before: 50 MiB of YAML parsed with no time bound
