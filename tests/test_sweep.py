@@ -218,7 +218,11 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path):
              "no nccl-tests shape"),
             (["--knob", f"{QPS}=2", "--sizes-from", str(empty)], "no NCCL collective calls"),
             (["--knob", f"{QPS}=2", "--max-rounds", "1"], "need 2 <= min-rounds"),
-            (["--knob", f"{QPS}=4"], "nothing to sweep")):
+            (["--knob", f"{QPS}=4"], "nothing to sweep"),
+            (["--knob", f"{QPS}=2", "--write-profile", str(tmp_path / "no/dir/p.yaml")],
+             f"directory {tmp_path / 'no/dir'} does not exist"),
+            (["--knob", f"{QPS}=2", "--dry-run", "--write-profile",
+              str(tmp_path / "no/dir/p.yaml")], "does not exist")):
         out = sweep(directory, *args, "--quiet")  # stderr: the error only
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()

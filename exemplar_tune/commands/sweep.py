@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.playbook_runs import claim_hosts, ledger_target, recorded, runner
-from exemplar_tune.inputs import read_input
+from exemplar_tune.inputs import output_file, read_input
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
 from exemplar_tune.orchestration.experiments import (
@@ -123,6 +124,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise UserError("--knob: each setting once (give all its values in one --knob)")
     check_measuring(args.canary, args.confidence, (args.min_rounds, args.max_rounds), "rounds")
+    if args.write_profile:  # checked before any measurement: a sweep takes hours
+        _check_writable(args.write_profile)
     profile = None if args.profile == AUTO else load_profile(args.profile)
     shapes = nccl_shapes(load_benchmarks(args.bench), str(args.bench))
     notes: list[str] = []
@@ -243,9 +246,19 @@ def _extends(profile: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml") else profile
 
 
+def _check_writable(path: Path) -> None:
+    """``UserError`` now for a ``--write-profile`` that could not be written at the end."""
+    output_file(path, "--write-profile")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise UserError(f"--write-profile {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UserError(f"--write-profile {path}: directory {directory} is not writable")
+
+
 def _write(path: Path, text: str) -> None:
     try:
-        path.write_text(text)
+        output_file(path, "--write-profile").write_text(text)
     except OSError as exc:
         raise UserError(f"--write-profile {path}: {exc.strerror or exc}") from None
 
