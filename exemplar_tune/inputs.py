@@ -28,8 +28,9 @@ def read_input(path: Path | str, what: str, limit: int = MAX_INPUT) -> str:
 
 def read_input_bytes(path: Path | str, what: str, limit: int = MAX_INPUT) -> bytes:
     """The bytes of ``path`` (``-``: standard input); ``UserError`` (one line) when it is
-    missing, unreadable or not a regular file (a FIFO would wait forever for a writer, a device
-    never end), or holds more than ``limit`` bytes (at most ``limit + 1`` are read)."""
+    missing or unreadable, a device or socket (``/dev/zero`` never ends), or holds more than
+    ``limit`` bytes (at most ``limit + 1`` are read). A pipe (``<(cat log)``) is read; a FIFO
+    nobody writes to is opened without waiting and reads as empty."""
     if str(path) == "-":
         return _bounded(sys.stdin.buffer.read(limit + 1), "standard input", what, limit)
     try:
@@ -55,16 +56,16 @@ def _bounded(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
 
 
 class _NotRegular(OSError):
-    """The path names a FIFO, device or socket (the text says which)."""
+    """The path names a device or socket (the text says which)."""
 
 
 def _regular_file(path: str, flags: int) -> int:
-    """``os.open`` for a regular file only, checked on the open descriptor; ``O_NONBLOCK`` so
-    that opening a FIFO without a writer does not wait."""
+    """``os.open`` for a file or a pipe, checked on the open descriptor; ``O_NONBLOCK`` so
+    that opening a FIFO nobody writes to does not wait (it then reads as empty)."""
     fd = os.open(path, flags | os.O_NONBLOCK)
     mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # a directory: IsADirectoryError on read
-        os.set_blocking(fd, True)
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode):
+        os.set_blocking(fd, True)  # a directory: IsADirectoryError on read
         return fd
     os.close(fd)
     raise _NotRegular(_kind(mode))
