@@ -22,16 +22,14 @@ Facts = dict[str, dict[str, Any]]
 
 
 def preflight_hosts(facts_by_host: dict[str, Facts],
-                    profiles: dict[str, dict[str, Any]] | dict[str, tuple[dict[str, Any], str]],
+                    profiles: dict[str, tuple[dict[str, Any], str]],
                     layers: list[str] | None, stop_at_first_failing_layer: bool,
                     unreachable: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the checks on every host's facts and assemble the result document.
 
-    ``profiles``: one profile for every host, or per host its profile and why it was chosen
-    (``profile.host_profiles``); each host's result names its profile and the reason.
+    ``profiles``: per host its profile and why it was chosen (``profile.host_profiles``);
+    each host's result names both.
     """
-    if "name" in profiles:  # one profile for all
-        profiles = {host: (profiles, "given") for host in facts_by_host}
     hosts = {}
     for host, facts in sorted(facts_by_host.items()):
         profile, why = profiles[host]

@@ -52,6 +52,7 @@ def shipped_profiles() -> list[str]:
 
 
 AUTO = "auto"
+GIVEN = "given"  # why a host has the profile --profile named
 MAX_EXTENDS = 16  # profiles in one extends chain
 MAX_PROFILE = 1 << 20  # bytes of one profile file (the shipped ones are under 2 kB)
 
@@ -79,7 +80,7 @@ def host_profiles(requested: str, facts_by_host: dict[str, dict[str, Any]]
     own (:func:`auto_profile`: a mixed fleet gets each kind its profile)."""
     if requested != AUTO:
         profile = load_profile(requested)
-        return {host: (profile, "given") for host in facts_by_host}
+        return {host: (profile, GIVEN) for host in facts_by_host}
     return {host: auto_profile(facts) for host, facts in facts_by_host.items()}
 
 

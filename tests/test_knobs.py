@@ -30,6 +30,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import file_mode
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.cpu import GUEST
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     JOURNAL_SCOPES,
     LAYER_NAMES,
@@ -182,7 +183,11 @@ def test_a_guest_s_idle_states_are_not_applicable_and_the_layer_goes_on(h100):
     (h100 / "sys/devices/system/cpu/cpuidle/current_driver").write_text("acpi_idle\n")
     cpuinfo = h100 / "proc/cpuinfo"
     cpuinfo.write_text(cpuinfo.read_text().replace("flags\t\t: ", "flags\t\t: hypervisor ", 1))
-    assert "CPU flag hypervisor" in _not_applicable(h100, "cpu", CPU)["deep_cstates"]
+    assert _not_applicable(h100, "cpu", CPU)["deep_cstates"] == \
+        f"/proc/cpuinfo: flag hypervisor: {GUEST}"
+    cpuinfo.write_text(cpuinfo.read_text().replace("flags\t\t: hypervisor ", "flags\t\t: "))
+    (h100 / "sys/class/dmi/id/sys_vendor").write_text("QEMU\n")  # an arm64 guest shows only DMI
+    assert _not_applicable(h100, "cpu", CPU)["deep_cstates"].endswith(f"QEMU: {GUEST}")
 
 
 def test_a_host_without_bootloader_defaults_skips_only_the_kernel_argument_knobs(h100):

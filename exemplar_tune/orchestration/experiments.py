@@ -28,7 +28,7 @@ from exemplar_tune.orchestration.stats import (
 )
 from exemplar_tune.orchestration.tune import LayerLoop, LoopOptions
 from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts
+from exemplar_tune.profile import AUTO, GIVEN, load_profile, profile_for_hosts
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
 from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
@@ -80,7 +80,8 @@ def _preflight_groups(args: argparse.Namespace, profile: dict[str, Any]) -> list
     """The failing and warning checks before any change: ``[{id, status, count, total}]``."""
     hosts, missing = collect_facts(args.sysroot, runner(args), None)
     merged: dict[tuple[str, str], dict[str, Any]] = {}
-    for group in preflight_hosts(hosts, profile, None, False, missing)["groups"]:
+    given = {host: (profile, GIVEN) for host in hosts}
+    for group in preflight_hosts(hosts, given, None, False, missing)["groups"]:
         entry = merged.setdefault((group["id"], group["status"]), {
             "id": group["id"], "status": group["status"], "count": 0, "total": group["total"]})
         entry["count"] += group["count"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
@@ -64,30 +65,31 @@ def layer_verdicts(data: dict[str, Any], layers: list[str]) -> dict[str, dict[st
 def group_not_audited(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Layers that could not be audited, hosts with the same layer and reason folded:
     ``{layer, reason, hosts, hostlist, count, total}``."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for host, data in sorted(hosts.items()):
-        for layer, verdict in data["audit"].items():
-            if verdict["status"] == "not audited":
-                key = (layer, without_host(verdict["reason"], host))
-                groups.setdefault(key, []).append(host)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), LAYER_NAMES.index(kv[0][0])))
-    return [{"layer": layer, "reason": reason, "hosts": members, "hostlist": compress(members),
-             "count": len(members), "total": len(hosts)}
-            for (layer, reason), members in ordered]
+    return _fold(hosts, ("layer", "reason"), lambda host, data: [
+        (layer, without_host(verdict["reason"], host))
+        for layer, verdict in data["audit"].items() if verdict["status"] == "not audited"])
 
 
 def group_not_applicable(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Knobs that do not apply, hosts with the same knob and reason folded:
     ``{layer, knob, reason, hosts, hostlist, count, total}``."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    return _fold(hosts, ("layer", "knob", "reason"), lambda host, data: [
+        (knob["layer"], knob["knob"], without_host(knob["reason"], host))
+        for knob in data.get("not_applicable") or []])
+
+
+def _fold(hosts: dict[str, dict[str, Any]], fields: tuple[str, ...],
+          keys: Callable[[str, dict[str, Any]], list[tuple[str, ...]]]) -> list[dict[str, Any]]:
+    """Hosts grouped by each key ``keys(host, data)`` gives (its first field a layer), most
+    hosts first, then in layer order."""
+    groups: dict[tuple[str, ...], list[str]] = {}
     for host, data in sorted(hosts.items()):
-        for knob in data.get("not_applicable") or []:
-            key = (knob["layer"], knob["knob"], without_host(knob["reason"], host))
+        for key in keys(host, data):
             groups.setdefault(key, []).append(host)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), LAYER_NAMES.index(kv[0][0])))
-    return [{"layer": layer, "knob": knob, "reason": reason, "hosts": members,
+    return [{**dict(zip(fields, key, strict=True)), "hosts": members,
              "hostlist": compress(members), "count": len(members), "total": len(hosts)}
-            for (layer, knob, reason), members in ordered]
+            for key, members in ordered]
 
 
 def audit_lines(doc: dict[str, Any], diff: bool, details: bool) -> list[str]:

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
@@ -60,7 +61,7 @@ def _profile_lines(doc: dict[str, Any]) -> list[str]:
     """Which profile each kind of host got and why, when ``auto`` chose (hosts folded)."""
     chosen: dict[tuple[str, str], list[str]] = {}
     for host, data in sorted(doc["hosts"].items()):
-        if data.get("profile_reason", "given") != "given":
+        if data.get("profile_reason", GIVEN) != GIVEN:
             chosen.setdefault((data["profile"], data["profile_reason"]), []).append(host)
     return [f"  profile {name} for {compress(hosts)} ({why})"
             for (name, why), hosts in sorted(chosen.items(), key=lambda kv: -len(kv[1]))]

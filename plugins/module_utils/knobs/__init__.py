@@ -219,7 +219,11 @@ class Knob:
     def overrides(self) -> dict[str, str]:
         """Each role variable that overrides a profile key (``cpu_governor_target``), and
         its key."""
-        return {f"{self.layer}_{key}_target": key for key in self.profile_keys}
+        return {self.target_variable(key): key for key in self.profile_keys}
+
+    def target_variable(self, key: str) -> str:
+        """The role variable that overrides profile key ``key``: ``<layer>_<key>_target``."""
+        return f"{self.layer}_{key}_target"
 
     def variables(self) -> tuple[str, ...]:
         """Every role variable the knob reads: its switch, overrides and settings."""
@@ -227,7 +231,7 @@ class Knob:
 
     def renamed_in(self, variables: dict[str, Any]) -> list[tuple[str, str]]:
         """``(earlier name, name)`` of each earlier-named variable set in ``variables``."""
-        return [(old, f"{self.layer}_{key}_target") for old, key in self.former.items()
+        return [(old, self.target_variable(key)) for old, key in self.former.items()
                 if variables.get(old) is not None]
 
     def target(self, section: dict[str, Any], variables: dict[str, Any],

@@ -37,7 +37,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
     NotApplicable,
     NotSupported,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor import read_cpu_flags
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor import (
+    classify,
+    read_cpu_flags,
+    read_dmi,
+    read_xen_type,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
@@ -57,23 +62,26 @@ def state_names(target: Target) -> list[str]:
     return [deepest] if deepest else []
 
 
+GUEST = ("a virtual machine's idle states do not set the physical CPUs' C-states (set them "
+         "on the hypervisor host)")
+
+
 def guest_idle_states(root: Sysroot, target: Target) -> None:
     """``NotApplicable`` on a virtual machine: a guest's idle states (the ``haltpoll`` driver,
     or any driver under a hypervisor) decide how the guest waits, not the C-states of the
-    physical CPUs, which the hypervisor host sets."""
-    driver = (target.facts.get("cpuidle") or {}).get("driver")
-    if driver == "haltpoll":
-        raise NotApplicable(f"/{CPUIDLE_DRIVER}", "cpuidle driver haltpoll: a virtual "
-                            "machine's idle states do not set the physical CPUs' C-states "
-                            "(set them on the hypervisor host)")
+    physical CPUs, which the hypervisor host sets. The guest is told by the ``haltpoll``
+    driver, else as the vm layer tells it (CPU flag, DMI, ``/sys/hypervisor``), without the
+    kernel log."""
+    if (target.facts.get("cpuidle") or {}).get("driver") == "haltpoll":
+        raise NotApplicable(f"/{CPUIDLE_DRIVER}", f"cpuidle driver haltpoll: {GUEST}")
     try:
-        flags = read_cpu_flags(root)
+        flags: list[str] | None = read_cpu_flags(root)
     except NotSupported:
-        return
-    if "hypervisor" in flags:
-        raise NotApplicable("/proc/cpuinfo", "CPU flag hypervisor: a virtual machine's idle "
-                            "states do not set the physical CPUs' C-states (set them on the "
-                            "hypervisor host)")
+        flags = None
+    verdict = classify(None, flags, read_dmi(root), read_xen_type(root))
+    if verdict.virtualized:
+        path, _, seen = verdict.evidence[0].partition(": ")
+        raise NotApplicable(path, f"{seen}: {GUEST}")
 
 
 def udev_match(value: str) -> str:
