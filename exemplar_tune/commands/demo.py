@@ -135,7 +135,9 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
         print(f"reports: {directory / 'report.html'} (and report.md), the sweep's "
               f"{directory / 'sweep.html'}; ledger: {state / 'ledger.sqlite3'}")
     else:
-        print("(the cluster is removed now; --keep DIR keeps it and the HTML report)")
+        print("(the cluster is removed now, its ledger too: the 'details:' commands above "
+              "need 'exemplar-tune demo --keep DIR', which keeps the cluster, the ledger and "
+              "the HTML reports)")
     return EXIT_OK
 
 
