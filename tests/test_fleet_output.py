@@ -120,6 +120,16 @@ def test_audit_diff_and_details(fleet):
     assert "  node01: no drift" in out
 
 
+@pytest.mark.system
+def test_a_limit_longer_than_a_command_line_reaches_ansible_in_a_file(fleet):
+    """20,000 names spelt out are 240 kB, past Linux's 128 kB for one argument: before, the
+    run failed with an internal 'Argument list too long'."""
+    out = cli("facts", "-i", str(fleet[1]), "--limit", "node[03-04],spare[00001-20000]",
+              "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert sorted(json.loads(out.stdout)["hosts"]) == ["node03", "node04"]
+
+
 def test_hostlist_round_trips():
     rng = random.Random(5)
     for _ in range(200):

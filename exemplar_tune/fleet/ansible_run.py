@@ -120,7 +120,8 @@ class AnsibleRun:
         progress = HostProgress(_label(kwargs), self._host_count)
         try:
             runner = ansible_runner.run(
-                private_data_dir=str(pdd), inventory=self.inventory, limit=self.limit,
+                private_data_dir=str(pdd), inventory=self.inventory,
+                limit=_limit_file(self.limit, pdd),
                 forks=self.forks, quiet=True, suppress_env_files=True, cmdline=self._cmdline(),
                 envvars=_envvars(pdd), event_handler=lambda e: _collect(e, hosts, progress),
                 cancel_callback=self._deadline(start), settings={"pexpect_timeout": 1},
@@ -165,6 +166,21 @@ def _remove_stale_run_dirs() -> None:
             pid = path.name[len(prefix):].partition("-")[0]
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _limit_file(limit: str | None, directory: Path) -> str | None:
+    """``limit`` as Ansible's ``@FILE`` form (one pattern per line, in ``directory``): an
+    expanded host list can be longer than a command line may be. A user's own ``@FILE``
+    items stay as they are (Ansible does not read ``@`` inside a limit file)."""
+    if not limit:
+        return limit
+    from ansible.inventory.manager import split_host_pattern
+
+    patterns = split_host_pattern(limit)
+    files = [p for p in patterns if p.startswith("@")]
+    path = directory / "limit"
+    path.write_text("".join(f"{p}\n" for p in patterns if not p.startswith("@")))
+    return ",".join([f"@{path}", *files])
 
 
 def _module_args(args: dict[str, Any]) -> str | None:
