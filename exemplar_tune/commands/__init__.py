@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "restore": ("change", "put back what a run changed"),
     "rollback": ("change", "the same as restore: every layer of an experiment"),
     "abandon": ("change", "close an experiment that cannot be rolled back"),
+    "unlock": ("unlock", "remove host claims that controllers which are gone left"),
     "tune": ("experiments", "walk every layer: measure, keep or restore"),
     "resume": ("experiments", "continue an experiment whose controller died"),
     "history": ("experiments", "past experiments from the ledger"),

@@ -161,7 +161,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             "layer": args.layer, **targets})
         return _report_apply(args, None, None, name, result)
     run = runner(args)
-    with claim_hosts(run, f"apply --layer {args.layer}"), graceful_stop(), \
+    with claim_hosts(run, f"apply --layer {args.layer}", single_run=True), graceful_stop(), \
             Ledger(args.ledger) as ledger:
         experiment = ledger.start_experiment("apply", name, ledger_target(args),
                                              {"layer": args.layer})

@@ -30,9 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from exemplar_tune.errors import UserError
+from exemplar_tune.fleet.host_claims import started_at
 
 SHOWN_HOSTS = 5  # overlapping hosts named in a refusal
 
@@ -50,7 +49,7 @@ def hold_hosts(state_dir: Path | str, identities: Iterable[str], command: str) -
     claim of this one) shares a host. Never waits.
     """
     mine = {"token": secrets.token_hex(8), "pid": os.getpid(), "host": socket.gethostname(),
-            "created": _created(os.getpid()), "command": command,
+            "created": started_at(os.getpid()), "command": command,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "hosts": sorted(set(identities))}
     with _registry(state_dir) as claims:
@@ -111,15 +110,7 @@ def _alive(claim: dict[str, Any]) -> bool:
     if claim.get("host") != socket.gethostname():
         return True
     pid = claim.get("pid")
-    return isinstance(pid, int) and _created(pid) == claim.get("created")
-
-
-def _created(pid: int) -> float | None:
-    try:
-        proc = psutil.Process(pid)
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
-    except psutil.Error:
-        return None
+    return isinstance(pid, int) and started_at(pid) == claim.get("created")
 
 
 def _busy(claim: dict[str, Any], shared: list[str], registry: Path) -> UserError:

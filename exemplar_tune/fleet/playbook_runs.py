@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from exemplar_tune.errors import UserError
+from exemplar_tune.fleet import host_claims
 from exemplar_tune.fleet.ansible_run import AnsibleRun, RunOutcome, local_inventory
 from exemplar_tune.fleet.collection import collection_root
 from exemplar_tune.fleet.inventory import check_source, host_identities
@@ -43,10 +44,55 @@ def playbook(name: str) -> str:
     return str(collection_root() / "playbooks" / f"{name}.yml")
 
 
-def claim_hosts(run: AnsibleRun, command: str) -> contextlib.AbstractContextManager[None]:
-    """Hold ``run``'s hosts (resolved now: a missing inventory, or a ``--limit`` that matches
-    nothing, is a ``UserError`` here) for a command that changes them; see :mod:`lock`."""
-    return hold_hosts(state_dir(), host_identities(run).values(), command)
+@contextlib.contextmanager
+def claim_hosts(run: AnsibleRun, command: str, single_run: bool = False) -> Iterator[None]:
+    """Hold ``run``'s hosts for a command that changes them, for the ``with`` block.
+
+    First on this controller (:mod:`lock`: a missing inventory, a ``--limit`` that matches
+    nothing, or hosts another controller here holds are a ``UserError`` before any host is
+    reached), then on each host itself (:mod:`host_claims`): a command made of one change
+    run (``single_run``) has that run take and give back the claim; the others take it here
+    first (a host another controller holds is a ``UserError``, naming it, and nothing is
+    changed) and give it back when the block ends.
+    """
+    with hold_hosts(state_dir(), host_identities(run).values(), command), \
+            host_claims.under(host_claims.Claim(command, single_run)):
+        if single_run:
+            yield
+            return
+        _take_claims(run)
+        try:
+            yield
+        except StoppedAtOnce:  # a second signal: nothing more runs; the claim goes stale
+            raise
+        except BaseException:
+            with contextlib.suppress(Exception):
+                _give_back_claims(run)
+            raise
+        _give_back_claims(run)
+
+
+def _take_claims(run: AnsibleRun) -> None:
+    """Claim every host of ``run`` (unreachable ones are left to the command's own runs);
+    ``UserError`` if any cannot be claimed, after the claims taken are given back."""
+    result = run_playbook(run, "claim", {})
+    if result["failed"]:
+        taken = sorted(result["hosts"].keys() - result["failed"].keys())
+        if taken:
+            with contextlib.suppress(Exception):
+                _give_back_claims(run.limited(",".join(taken)))
+        host, why = sorted(result["failed"].items())[0]
+        more = len(result["failed"]) - 1
+        raise UserError(f"{host}: {why}" + (f" (and {more} more host(s))" if more else ""))
+
+
+def _give_back_claims(run: AnsibleRun) -> None:
+    """Give back this controller's claim on ``run``'s hosts; a host that cannot be reached
+    keeps it until the next claim from this machine finds it stale."""
+    result = run_playbook(run, "claim", {"exemplar_claim_state": "absent"})
+    for host, why in sorted({**result["failed"], **result["unreachable"]}.items()):
+        print(f"warning: {host}: the claim was not given back ({why}); the next exemplar-tune "
+              "from this machine takes it over", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -77,7 +123,9 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
     """Per host: status, the knobs that changed (or would), the knobs that do not apply
     there (with the reason), each layer's status as the layer module reported it
     (``{layer: {status, error}}``; empty when no layer module answered), the profile the
-    layer module planned with, reboot flag, messages."""
+    layer module planned with, the host claim a module reported (``claimed_by``: the other
+    controller that holds the host, or the claim a check-mode ``claim`` run read), reboot
+    flag, messages."""
     hosts: dict[str, dict[str, Any]] = {}
     for host, result in outcome.hosts.items():
         results = _module_results(result.tasks)
@@ -97,6 +145,8 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
             "restored": [s for r in results for s in r.get("restored", [])],
             "profile": next((task["result"]["profile"] for task in result.tasks
                              if isinstance(task["result"].get("profile"), str)), None),
+            "claimed_by": next((task["result"]["claimed_by"] for task in result.tasks
+                                if isinstance(task["result"].get("claimed_by"), dict)), None),
         }
     return hosts
 
@@ -114,8 +164,17 @@ def _module_results(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
-    """Run a collection playbook and return ``{hosts, unreachable, failed}``."""
-    outcome = run.playbook(playbook(name), extravars)
+    """Run a collection playbook and return ``{hosts, unreachable, failed}``.
+
+    A change run carries the current host claim (:func:`host_claims.claim_vars`); hosts that
+    failed on a stale claim of this machine are run again with that claim replaced.
+    """
+    outcome = run.playbook(playbook(name), {**extravars, **host_claims.claim_vars(run.check)})
+    stale = host_claims.stale_tokens(outcome)
+    if stale:
+        again = run.limited(",".join(sorted(stale))).playbook(
+            playbook(name), {**extravars, **host_claims.claim_vars(run.check)})
+        outcome.hosts.update(again.hosts)
     hosts = knob_results(outcome)
     unreachable = {h: d["error"] for h, d in hosts.items() if d["status"] == "unreachable"}
     failed = {h: d["error"] for h, d in hosts.items() if d["status"] == "failed"}

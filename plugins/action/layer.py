@@ -1,6 +1,6 @@
 """Action of ``exemplar.tune.layer``: ``layers``, ``profile``, ``profile_candidates``,
-``profile_by_arch``, ``variables``, ``run_id``, ``sysroot`` and ``bmc`` from the host when the
-task leaves them out (see ``plugin_utils.host_options``)."""
+``profile_by_arch``, ``variables``, ``run_id``, ``sysroot``, ``bmc`` and ``claim`` from the
+host when the task leaves them out (see ``plugin_utils.host_options``)."""
 
 from __future__ import annotations
 
@@ -12,4 +12,4 @@ class ActionModule(HostOptionsAction):
 
     # layers first: the knob variables are those of the layers the call works on
     OPTIONS = ("layers", "profile", "profile_candidates", "profile_by_arch", "variables",
-               "run_id", "sysroot", "bmc")
+               "run_id", "sysroot", "bmc", "claim")

@@ -1,5 +1,5 @@
-"""Action of ``exemplar.tune.restore``: ``run_id``, ``sysroot`` and ``bmc`` from the host when
-the task leaves them out (see ``plugin_utils.host_options``)."""
+"""Action of ``exemplar.tune.restore``: ``run_id``, ``sysroot``, ``bmc`` and ``claim`` from the
+host when the task leaves them out (see ``plugin_utils.host_options``)."""
 
 from __future__ import annotations
 
@@ -9,4 +9,4 @@ from ansible_collections.exemplar.tune.plugins.plugin_utils.host_options import 
 class ActionModule(HostOptionsAction):
     """Runs ``exemplar.tune.restore``."""
 
-    OPTIONS = ("run_id", "sysroot", "bmc")
+    OPTIONS = ("run_id", "sysroot", "bmc", "claim")

@@ -84,6 +84,7 @@ options:
 extends_documentation_fragment:
   - exemplar.tune.attributes.changes
   - exemplar.tune.bmc
+  - exemplar.tune.claim
 notes:
   - Supports check mode (plans and diffs every knob, writes nothing, journal included) and
     diff mode.
@@ -155,6 +156,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import 
     LayerFailed,
     run_layer,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.host_claim import (
+    CLAIM_OPTION,
+    claimed,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import ROLE_LAYERS, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import bmc_connector
@@ -181,6 +186,7 @@ def main() -> None:
         "run_id": {"type": "str"},
         "sysroot": {"type": "path", "default": "/"},
         "bmc": dict(BMC_OPTION),
+        "claim": CLAIM_OPTION,
     }, supports_check_mode=True)
     params = module.params
     for old, new in _renamed(params["layers"], params["variables"]):
@@ -197,12 +203,18 @@ def main() -> None:
             if params["profile_candidates"] else _by_arch(root, params["profile_by_arch"] or {}))
     except HostStateError as exc:
         module.fail_json(msg=str(exc), **_summary(done, journal))
-    for name in params["layers"]:
-        try:
-            done.append(run_layer(root, name, profile, params["variables"], journal,
-                                  module.check_mode, params["knobs"], bmc, bmc_connector(bmc)))
-        except HostStateError as exc:
-            done.append(_failed(name, exc))
+    try:
+        with claimed(root, params["claim"], module.check_mode):
+            for name in params["layers"]:
+                try:
+                    done.append(run_layer(root, name, profile, params["variables"], journal,
+                                          module.check_mode, params["knobs"], bmc,
+                                          bmc_connector(bmc)))
+                except HostStateError as exc:
+                    done.append(_failed(name, exc))
+    except HostStateError as exc:  # the claim: another controller's, or not writable
+        module.fail_json(msg=str(exc), claimed_by=getattr(exc, "holder", None),
+                         **_summary(done, journal))
     summary = {**_summary(done, journal), "profile": profile.get("name")}
     failed = [layer for layer in done if layer.get("status") == "failed"]
     if failed:

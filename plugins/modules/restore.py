@@ -39,6 +39,7 @@ options:
 extends_documentation_fragment:
   - exemplar.tune.attributes.changes
   - exemplar.tune.bmc
+  - exemplar.tune.claim
 notes:
   - Supports check mode and diff mode.
 """
@@ -81,6 +82,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import restore_entries
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.host_claim import (
+    CLAIM_OPTION,
+    HostClaimed,
+    claimed,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bios import bmc_connector
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.bmc import BMC_OPTION, BmcConfig
@@ -102,6 +108,7 @@ def main() -> None:
         "sysroot": {"type": "path", "default": "/"},
         "missing_ok": {"type": "bool", "default": True},
         "bmc": dict(BMC_OPTION),
+        "claim": CLAIM_OPTION,
     }, supports_check_mode=True)
     params = module.params
     try:
@@ -113,8 +120,11 @@ def main() -> None:
             module.fail_json(msg=f"no journal for run {params['run_id']} at {journal.display}")
         entries = [e for e in journal.load()["entries"]
                    if not params["layers"] or e["layer"] in params["layers"]]
-        result = restore_entries(journal.root, journal, entries, module.check_mode,
-                                 connect=bmc_connector(BmcConfig.from_params(params["bmc"])))
+        with claimed(journal.root, params["claim"], module.check_mode):
+            result = restore_entries(journal.root, journal, entries, module.check_mode,
+                                     connect=bmc_connector(BmcConfig.from_params(params["bmc"])))
+    except HostClaimed as exc:
+        module.fail_json(msg=str(exc), claimed_by=exc.holder)
     except HostStateError as exc:
         module.fail_json(msg=str(exc))
     output = {"changed": result["changed"], "diff": result["diff"],

@@ -26,6 +26,7 @@ HOST_VARIABLES = {
     "profile_candidates": "exemplar_profile_candidates",
     "profile_by_arch": "exemplar_profile_by_arch",
     "run_id": "exemplar_run_id",
+    "claim": "exemplar_claim",
 }
 # earlier names of those variables, still read (with a deprecation warning)
 RENAMED = {"exemplar_audit_layers": "exemplar_layers"}
