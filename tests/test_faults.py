@@ -240,6 +240,60 @@ def test_sigkill_while_a_module_runs_on_the_host_ends_it(tmp_path, host):
     assert not (host / "var/lib/exemplar-tune/journal").exists()
 
 
+def other_controller(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with a state directory of its own: another user, ``sudo -E``, another
+    machine's controller."""
+    return subprocess.run([sys.executable, "-m", "exemplar_tune.cli", *args], text=True,
+                          capture_output=True, timeout=300, env=dict(
+                              cli_env(), EXEMPLAR_TUNE_STATE_DIR=str(tmp_path / "other")))
+
+
+def test_a_controller_with_another_state_directory_waits_for_the_host(tmp_path, host):
+    """Before, the lock held within one state directory: a second controller changed the
+    host in the middle of the first one's measurement."""
+    bench(tmp_path, slow_run=2)
+    watch = Watch(start(tmp_path, host))
+    watch.until(bench_started(tmp_path, 2))
+    changes = host_bytes(host)
+    holder = f"claimed by another exemplar-tune (pid {watch.proc.pid} on {os.uname().nodename}"
+    target = ("--layer", "fabric", "--sysroot", str(host), "--profile",
+              str(tmp_path / "profile.yaml"))
+    plain = other_controller(tmp_path, "apply", *target)
+    assert plain.returncode == 1 and f"node01: FAILED: /var/lib/exemplar-tune/claim.json: " \
+        f"{holder}" in plain.stdout, plain.stdout + plain.stderr
+    measured = other_controller(tmp_path, "apply", *target, "--bench",
+                                str(tmp_path / "bench.yaml"))
+    last = measured.stderr.splitlines()[-1]  # after the progress lines
+    assert measured.returncode == 2 and last.startswith(
+        f"exemplar-tune: error: node01: /var/lib/exemplar-tune/claim.json: {holder}"), last
+    unlocked = other_controller(tmp_path, "unlock", "--sysroot", str(host))
+    assert unlocked.returncode == 1 and "still runs here; stop it first" in unlocked.stdout
+    assert host_bytes(host) == changes  # none of them changed a byte
+    kill(watch)
+    # the dead controller's claim is stale: the next controller on this machine takes it over
+    after = other_controller(tmp_path, "rollback", "--run", "latest", "--ledger",
+                             str(tmp_path / "state" / "ledger.sqlite3"))
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert not (host / "var/lib/exemplar-tune/claim.json").exists()
+
+
+def test_unlock_removes_the_claim_a_gone_machine_left(tmp_path, host):
+    claim = host / "var/lib/exemplar-tune/claim.json"
+    claim.parent.mkdir(parents=True)
+    claim.write_text(json.dumps({"token": "x", "machine": "gone", "controller": "ctl9",
+                                 "pid": 7, "created": 1.0, "command": "sweep",
+                                 "started": "2026-12-05T07:00:00Z"}))
+    target = ("--layer", "fabric", "--sysroot", str(host), "--profile",
+              str(tmp_path / "profile.yaml"))
+    assert cli("apply", *target).returncode == 1  # another machine's claim: kept
+    shown = cli("unlock", "--sysroot", str(host), "--check")
+    assert shown.stdout == "node01: would remove the claim of pid 7 on ctl9, 'sweep', since " \
+        "2026-12-05T07:00:00Z\n" and claim.exists()
+    assert cli("unlock", "--sysroot", str(host)).stdout.startswith("node01: removed the claim")
+    assert not claim.exists()
+    assert cli("apply", *target).returncode == 0
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_at_a_random_time(tmp_path, host, seed):
     bench(tmp_path, seconds=1.5)  # the run lasts well beyond the latest kill time
