@@ -27,7 +27,7 @@ from exemplar_tune.errors import (
     UserError,
     crash_report,
 )
-from exemplar_tune.ledger import Ledger, default_path as default_ledger_path
+from exemplar_tune.ledger import Ledger, default_path as default_ledger_path, next_steps
 from exemplar_tune.progress import set_quiet
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 
@@ -79,15 +79,14 @@ def _warn_unfinished(args: argparse.Namespace) -> None:
     if args.command in quiet or not Path(path).exists():
         return
     try:
-        with Ledger(path) as ledger:
+        with Ledger(path, read_only=True) as ledger:
             unfinished = ledger.unfinished()
     except UserError:  # a ledger this user cannot open (read-only home, a container): no hint
         return
     for exp in unfinished:
         if exp.get("controller_alive") is False:
             print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
-                  f"died): 'exemplar-tune rollback --run {exp['id']}' restores it, "
-                  f"'exemplar-tune resume --run {exp['id']}' continues it", file=sys.stderr)
+                  f"died): {next_steps(exp)}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return EXIT_USAGE
     except StoppedAtOnce as exc:
-        _error(f"stopped at once ({exc}): hosts left as they were; 'exemplar-tune resume' "
-               "continues, 'exemplar-tune rollback --run EXPERIMENT' restores")
+        _error(f"stopped at once ({exc}): hosts left as they were"
+               + (f"; {exc.note}" if exc.note else ""))
         return exc.exit_code
     except Interrupted as exc:
         _error(f"interrupted ({exc})" + (f": {exc.note}" if exc.note else ""))

@@ -22,6 +22,7 @@ import re
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -176,6 +177,21 @@ class NoLedger(UserError):
     """A command that only reads the ledger was pointed at a file that does not exist."""
 
 
+def resumable(experiment: dict[str, Any]) -> bool:
+    """Whether ``resume`` can continue ``experiment`` (a ledger row): a measured one (``tune``,
+    ``apply --bench``) records the loop options it needs; a plain ``apply`` and a ``sweep``
+    do not, and are rolled back instead."""
+    return "profile" in (experiment.get("options") or {})
+
+
+def next_steps(experiment: dict[str, Any]) -> str:
+    """What puts right an experiment left unfinished: rollback, and resume where it works."""
+    steps = f"'exemplar-tune rollback --run {experiment['id']}' restores it"
+    if resumable(experiment):
+        steps += f", 'exemplar-tune resume --run {experiment['id']}' continues it"
+    return steps
+
+
 def default_path() -> Path:
     """``<state_dir>/ledger.sqlite3``."""
     return state_dir() / "ledger.sqlite3"
@@ -248,21 +264,35 @@ class Ledger:
     arm ...) and duplicate records are programming errors and raise ``ValueError``.
     """
 
-    def __init__(self, path: Path | str | None = None, *, create: bool = True) -> None:
+    def __init__(self, path: Path | str | None = None, *, create: bool = True,
+                 read_only: bool = False) -> None:
+        """Open (or, with ``create``, create) the ledger at ``path``. ``read_only``: the
+        caller only reads, and a ledger it cannot write (a read-only filesystem or
+        directory) is opened for reading, neither created nor upgraded."""
         self.path = Path(path) if path is not None else default_path()
-        if not create and not self.path.exists():
+        if (read_only or not create) and not self.path.exists():
             raise NoLedger(f"no ledger at {self.path}: nothing has been recorded there (tune, "
                            "apply and sweep write it; --ledger names another)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        read_only = read_only and not (os.access(self.path.parent, os.W_OK)
+                                       and os.access(self.path, os.W_OK))
+        if not read_only:
+            self._make_directory()
         if self.path.is_file() and self.path.stat().st_size == 0:
             raise UserError(f"{self.path}: the ledger is empty (0 bytes): if it held "
                             "experiments, put back a copy; to start a new ledger, remove the file")
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
+        try:
+            self._conn = sqlite3.connect(self._address(read_only), isolation_level=None,
+                                         timeout=10.0, uri=True)
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
         self._conn.row_factory = sqlite3.Row
         try:
             self._check_identity()
-            self._configure()
-            self._migrate()
+            if read_only:
+                self._check_current()
+            else:
+                self._configure()
+                self._migrate()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise self._unreadable(exc) from None
@@ -281,6 +311,29 @@ class Ledger:
         self._conn.close()
 
     # -- opening -------------------------------------------------------------------------------
+
+    def _make_directory(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{self.path}: cannot create the ledger's directory "
+                            f"({exc.strerror}); --ledger names another place") from None
+        if not os.access(self.path.parent, os.W_OK):
+            raise UserError(f"{self.path}: the ledger's directory is not writable (a read-only "
+                            "filesystem?); --ledger names another place")
+
+    def _address(self, read_only: bool) -> str:
+        """The SQLite URI of the ledger. Opened read-only, it is read as an unchanging file
+        (no WAL shared memory, which would need a writable directory)."""
+        address = f"file:{urllib.parse.quote(str(self.path.resolve()))}"
+        return address + "?mode=ro&immutable=1" if read_only else address
+
+    def _check_current(self) -> None:
+        """A ledger opened read-only is never upgraded: an older schema is refused."""
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise UserError(f"{self.path}: ledger schema v{version}, this exemplar-tune reads "
+                            f"v{SCHEMA_VERSION}; a command that writes the ledger upgrades it")
 
     def _unreadable(self, exc: Exception) -> UserError:
         return UserError(f"{self.path}: not a readable exemplar-tune ledger ({exc})")

@@ -231,7 +231,7 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path):
 
 
 @pytest.mark.system
-def test_a_killed_sweep_is_put_back_by_rollback(tmp_path):
+def test_a_killed_sweep_is_put_back_by_rollback_and_never_offered_to_resume(tmp_path):
     directory = cluster(tmp_path, "gb300-exemplar-gap", hosts=1)
     before = conf_states(directory)
     argv = [sys.executable, "-m", "exemplar_tune.cli", "sweep", "-i",
@@ -244,6 +244,16 @@ def test_a_killed_sweep_is_put_back_by_rollback(tmp_path):
     kill(watch)
     assert qps(directory) != {"1"}
     experiment = json.loads(cli("history", "--format", "json").stdout)[0]["id"]
+    # every command points at what works: rollback, not resume (a sweep cannot be resumed)
+    hint = cli("profile", "list").stderr
+    assert f"'exemplar-tune rollback --run {experiment}' restores it" in hint
+    assert "resume" not in hint
+    resumed = cli("resume")
+    assert resumed.returncode == 2 and "no interrupted experiment to resume" in resumed.stderr
+    named = cli("resume", "--run", experiment)
+    assert named.returncode == 2 and named.stderr.strip().endswith(
+        f"(sweep) cannot be resumed, only rolled back: 'exemplar-tune rollback --run "
+        f"{experiment}'")
     out = cli("rollback", "--run", experiment)
     assert out.returncode == 0, out.stdout + out.stderr
     assert conf_states(directory) == before

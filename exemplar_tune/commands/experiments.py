@@ -15,7 +15,7 @@ from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.playbook_runs import claim_hosts, recorded, runner
 from exemplar_tune.inputs import output_file
-from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger
+from exemplar_tune.ledger import LAYER_DONE, Ledger, NoLedger, resumable
 from exemplar_tune.orchestration.benchmark import load_benchmarks
 from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment, walk_layers
 from exemplar_tune.orchestration.stats import CONFIDENCE
@@ -125,9 +125,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
         experiment = _resumable(ledger, args.run)
         doc = ledger.show(experiment)
         options, target = doc["experiment"]["options"], doc["experiment"]["target"]
-        if "profile" not in options:
-            raise UserError(f"experiment {experiment} was recorded without its loop options; "
-                            f"use 'exemplar-tune rollback --run {experiment}'")
+        if not resumable(doc["experiment"]):
+            raise UserError(f"experiment {experiment} ({doc['experiment']['kind']}) cannot be "
+                            f"resumed, only rolled back: 'exemplar-tune rollback --run "
+                            f"{experiment}'")
         allow_reboot = args.allow_reboot
         options = {"confidence": CONFIDENCE, **options}  # recorded before --confidence
         args = argparse.Namespace(**target, **options, ledger=args.ledger)
@@ -147,15 +148,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _resumable(ledger: Ledger, wanted: str | None) -> str:
     """The unfinished experiment to resume: ``wanted`` or the only one whose controller died."""
-    dead = [e for e in ledger.unfinished() if e["controller_alive"] is False]
-    dead += [e for e in ledger.history(50) if e["status"] == "interrupted"
-             and "profile" in (e["options"] or {})]  # a measured one: a plain apply is not
+    orphaned = [e for e in ledger.unfinished() if e["controller_alive"] is False]
+    dead = [e for e in orphaned if resumable(e)]
+    dead += [e for e in ledger.history(50) if e["status"] == "interrupted" and resumable(e)]
     stopped = [e for e in ledger.history(50) if e["status"] == "failed"]
     if wanted:
         exp = ledger.show(wanted)["experiment"]
         if exp["status"] in ("finished", "rolled_back"):
             raise UserError(f"experiment {exp['id']} is {exp['status']}: nothing to resume")
-        if exp["status"] == "running" and exp["id"] not in {e["id"] for e in dead}:
+        if exp["status"] == "running" and exp["id"] not in {e["id"] for e in orphaned}:
             raise UserError(f"experiment {exp['id']} is still running (pid "
                             f"{exp['controller_pid']} on {exp['controller_host']})")
         return exp["id"]
@@ -172,7 +173,7 @@ def _resumable(ledger: Ledger, wanted: str | None) -> str:
 def cmd_history(args: argparse.Namespace) -> int:
     """``exemplar-tune history``."""
     try:
-        with Ledger(args.ledger, create=False) as ledger:
+        with Ledger(args.ledger, read_only=True) as ledger:
             rows = ledger.history(args.limit)
     except NoLedger:
         rows = []
@@ -191,7 +192,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """``exemplar-tune show RUN``."""
-    with Ledger(args.ledger, create=False) as ledger:
+    with Ledger(args.ledger, read_only=True) as ledger:
         doc = ledger.show(args.experiment)
     if args.format == "json":
         print(json.dumps(doc, indent=2, default=str))
@@ -207,7 +208,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``exemplar-tune report RUN|latest``: Markdown or a self-contained HTML page."""
-    with Ledger(args.ledger, create=False) as ledger:
+    with Ledger(args.ledger, read_only=True) as ledger:
         doc = ledger.show(args.experiment)
     if doc["experiment"]["kind"] == "sweep":
         text = sweep_report.html_page(doc) if args.format == "html" else \

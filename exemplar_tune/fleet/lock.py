@@ -75,8 +75,14 @@ def live_claims(state_dir: Path | str) -> list[dict[str, Any]]:
 def _registry(state_dir: Path | str) -> Iterator[list[dict[str, Any]]]:
     """The live claims, under the registry lock; what the block leaves there is written."""
     path = registry_path(state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name("registry.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name("registry.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        raise UserError(f"state directory {state_dir}: {exc.strerror}; a command that changes "
+                        "hosts records there which hosts it holds (EXEMPLAR_TUNE_STATE_DIR "
+                        "names another)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         claims = [c for c in _read(path) if _alive(c)]

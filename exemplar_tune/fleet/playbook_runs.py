@@ -21,7 +21,7 @@ from exemplar_tune.fleet.ansible_run import AnsibleRun, RunOutcome, local_invent
 from exemplar_tune.fleet.collection import collection_root
 from exemplar_tune.fleet.inventory import check_source, host_identities
 from exemplar_tune.fleet.lock import hold_hosts
-from exemplar_tune.ledger import Ledger
+from exemplar_tune.ledger import Ledger, next_steps
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
 
@@ -105,6 +105,7 @@ def recorded(ledger: Ledger, experiment: str) -> Iterator[None]:
     except StoppedAtOnce as exc:
         ledger.log_event(experiment, "error", f"stopped at once by a second {exc}: hosts left "
                          "as they were")
+        exc.note = next_steps(ledger.show(experiment)["experiment"])
         raise
     except Interrupted as exc:
         ledger.log_event(experiment, "warning", f"interrupted by {exc}")

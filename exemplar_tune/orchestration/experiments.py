@@ -186,7 +186,7 @@ def past_run_seconds(ledger_path: Path | None, shapes: list[str]) -> float | Non
     path = Path(ledger_path) if ledger_path else state_dir() / "ledger.sqlite3"
     if not path.is_file():
         return None
-    with Ledger(path, create=False) as ledger:
+    with Ledger(path, read_only=True) as ledger:
         seconds = ledger.sample_seconds(shapes)
     if any(shape not in seconds for shape in shapes):
         return None
