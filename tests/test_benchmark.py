@@ -414,6 +414,21 @@ def test_output_larger_than_the_limit_gives_no_measurement(tmp_path: Path, monke
     assert err.log_path is not None and err.log_path.stat().st_size == 3600000
 
 
+def test_the_kept_log_is_bounded_and_private_the_whole_output_parsed(tmp_path: Path) -> None:
+    """Before, a run printing 200 MiB left 200 MiB in the controller's state, mode 0644."""
+    spec = one(tmp_path, command=python(
+        "import sys; sys.stdout.write('start\\n' + 'noise line\\n' * 2000000); "
+        "print('value: 5')"), parser="regex", pattern=r"^value: (\d+)$", higher_is_better=False)
+    measured = run_benchmark(spec, log_dir=tmp_path / "logs")
+    assert measured.value == 5  # the whole 22 MB were parsed (6 + 22,000,000 + 9 bytes)
+    log = measured.log_path.read_bytes()
+    assert len(log) < (4 << 20) + 200 and log.startswith(b"start\n")
+    assert log.endswith(b"noise line\nvalue: 5\n")
+    assert b"[exemplar-tune: 17805711 bytes left out of this log; the whole output was parsed]" \
+        in log
+    assert measured.log_path.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_huge_line_is_cut_and_the_rest_still_parses(tmp_path: Path) -> None:
     spec = one(tmp_path, command=python("print('x' * 300000); print('value: 7')"),
                parser="regex", pattern=r"^value: (\d+)$", higher_is_better=False)

@@ -52,11 +52,11 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import jsonschema
 import yaml
@@ -75,6 +75,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_WARMUP = 10
 KILL_GRACE_S = 10.0
 MAX_OUTPUT = 64 << 20  # bytes of a run's output that are parsed; more: no measurement
+LOG_HEAD, LOG_TAIL = 1 << 20, 3 << 20  # bytes of each stream kept in a run's log
 MAX_LINE = 64 << 10  # characters of one output line that are parsed; the rest is dropped
 PARSER_KEYS = {"nccl-tests": {"collective", "sizes", "metric"}, "megatron": {"warmup"},
                "steptime": {"warmup"}, "regex": {"pattern"}, "json": {"path"}}
@@ -294,9 +295,12 @@ def _run_on_slurm(spec: BenchmarkSpec, env: Mapping[str, str], log_dir: Path | N
         raise BenchmarkFailed(spec.name, str(exc)) from None
     log_path = None
     if log_dir:
+        with _log_file(Path(log_dir), spec.name) as log, \
+                tempfile.TemporaryFile() as text:  # a file: its size bounds the copy
+            text.write(job.log.encode())
+            text.seek(0)
+            _copy_bounded(text, log)
         log_path = Path(log_dir) / f"{spec.name}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(job.log)
     if job.failure:
         raise BenchmarkFailed(spec.name, job.failure, log_path)
     samples, value = _parse_or_fail(spec, job.stdout, job.stderr, log_path)
@@ -377,18 +381,44 @@ def _exit_reason(rc: int, err: str, out: str) -> str:
 
 
 def _save_log(log_dir: Path, name: str, out_path: Path, err_path: Path) -> Path:
-    """``<log_dir>/<name>.log``: stdout, then stderr (copied, never read whole)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / f"{name}.log"
-    with path.open("wb") as log:
+    """``<log_dir>/<name>.log`` (mode 0600): stdout, then stderr, each bounded (see
+    :func:`_copy_bounded`; copied, never read whole)."""
+    with _log_file(log_dir, name) as log:
         with out_path.open("rb") as source:
-            shutil.copyfileobj(source, log)
+            _copy_bounded(source, log)
         if out_path.stat().st_size and err_path.stat().st_size and \
                 _last_byte(out_path) != b"\n":
             log.write(b"\n")
         with err_path.open("rb") as source:
-            shutil.copyfileobj(source, log)
-    return path
+            _copy_bounded(source, log)
+    return log_dir / f"{name}.log"
+
+
+@contextlib.contextmanager
+def _log_file(log_dir: Path, name: str) -> Iterator[BinaryIO]:
+    """``<log_dir>/<name>.log`` opened for writing, readable by its owner only (benchmark
+    output can hold what the job's environment held)."""
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # a log kept from an earlier version
+    with os.fdopen(fd, "wb") as log:
+        yield log
+
+
+def _copy_bounded(source: BinaryIO, log: BinaryIO) -> None:
+    """Copy ``source`` into ``log``; past :data:`LOG_HEAD` + :data:`LOG_TAIL` bytes only its
+    first and last bytes, with a line saying how much was left out (the results of most
+    benchmarks are at the end)."""
+    size = os.fstat(source.fileno()).st_size
+    if size <= LOG_HEAD + LOG_TAIL:
+        shutil.copyfileobj(source, log)
+        return
+    log.write(source.read(LOG_HEAD))
+    log.write(f"\n[exemplar-tune: {size - LOG_HEAD - LOG_TAIL} bytes left out of this "
+              "log; the whole output was parsed]\n".encode())
+    source.seek(size - LOG_TAIL)
+    shutil.copyfileobj(source, log)
 
 
 def _last_byte(path: Path) -> bytes:
