@@ -7,6 +7,7 @@ tried against every planner that renders profile text into a file.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -300,6 +301,17 @@ def test_file_mode_refuses_anything_else(given):
         file_mode(given, "m")
 
 
+@pytest.mark.parametrize(("layer", "want", "message"), [
+    ("runtime", {"nccl_topo_file": "/etc/${HOME}/topo.xml"}, "trailing '/', spaces, '$', '`'"),
+    ("fabric", {"nccl": {"NCCL_DEBUG": "INFO\u2028NCCL_IB_HCA=x"}}, "holds a newline or control"),
+])
+def test_planners_refuse_what_a_reader_would_expand_or_break_lines_at(h100, layer, want,
+                                                                      message):
+    """The same checks hold without the controller's schema (a playbook of the user's own)."""
+    with pytest.raises(HostStateError, match=re.escape(message)):
+        _plan(h100, layer, want, {}, None)
+
+
 def test_a_bad_topology_mode_is_refused_before_anything_is_planned(h100):
     with pytest.raises(HostStateError, match="runtime_topo_mode: .u[+]rw. is not a file mode"):
         _plan(h100, "runtime", {"nccl_topo_file": "/etc/nccl/topo.xml"},
@@ -332,6 +344,12 @@ def test_shipped_profiles_plan_on_their_trees(tmp_path):
     {"fabric": {"nccl": {"LD_PRELOAD": "/tmp/x.so"}}},
     {"cpu": {"deep_cstate_names": ["C6`touch /tmp/exemplar-pwned`"]}},
     {"runtime": {"nccl_topo_file": "/etc/nccl/../../root/topo.xml"}},
+    # enroot expands ${VAR} in environ.d, where the topology path goes
+    {"runtime": {"nccl_topo_file": "/etc/${HOME}/topo.xml"}},
+    {"runtime": {"nccl_topo_file": "/etc/nccl/topo\u2028.xml"}},
+    # Python's splitlines (and so any reader of the file written in Python) breaks here
+    {"fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4\u2028NCCL_DEBUG=TRACE"}}},
+    {"fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4\x85NCCL_DEBUG=TRACE"}}},
 ])
 def test_profile_injections_are_one_line_exit_2_before_anything_runs(h100, tmp_path, profile):
     path = tmp_path / "site.yaml"

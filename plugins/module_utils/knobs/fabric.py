@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Setting
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import NCCL_KEY
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
+    NCCL_KEY,
+    ONE_LINE_PATTERN,
+)
 
 ROLE_SUMMARY = "Set the NCCL settings the fabric is tuned for"
 ROLE_NOTES: tuple[str, ...] = ()
@@ -14,7 +17,7 @@ KNOBS: tuple[Knob, ...] = (
          "plan_nccl_conf",
          {"nccl": {"type": "object", "propertyNames": {"pattern": NCCL_KEY.pattern},
                    "additionalProperties": {"type": ["string", "null"],
-                                            "pattern": "^[^\\x00-\\x1f\\x7f]{0,1023}$"},
+                                            "pattern": ONE_LINE_PATTERN},
                    "description": "NCCL_* settings the fabric is tuned for (found by sweep): "
                                   "one-line values; null removes the key"}},
          (Setting("fabric_nccl_conf_path", "/etc/nccl.conf",

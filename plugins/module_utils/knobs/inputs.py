@@ -14,7 +14,16 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import KnobInputError
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# control characters and the other line breaks (Python's splitlines, JSON readers): as regex
+# text, shared with the profile schema's patterns
+BREAKS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+CONTROL = re.compile(f"[{BREAKS}]")
+EXPANDED = re.compile(r"[$`\\]")  # what enroot, systemd or a shell would expand in a path
+ONE_LINE_PATTERN = f"^[^{BREAKS}]{{0,1023}}$"  # one_line, as a schema pattern
+# clean_path, as a schema pattern: absolute, no '//' or '.'/'..' part, no space, break,
+# expanded character or trailing '/'
+PATH_PATTERN = (f"^/(?!.*//)(?!(.*/)?\\.\\.?(/|$))[^\\s{BREAKS}$`\\\\]*"
+                f"[^/\\s{BREAKS}$`\\\\]$")
 IDLE_STATE = re.compile(r"^[A-Za-z0-9_.+-]{1,32}$")
 NCCL_KEY = re.compile(r"^NCCL_[A-Z0-9_]{1,64}$")
 SYSTEMD_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]{1,200}\.(slice|scope|service)$")
@@ -32,7 +41,8 @@ def matching(value: Any, pattern: re.Pattern[str], what: str) -> str:
 
 
 def one_line(value: Any, what: str, limit: int = 1023) -> str:
-    """``value`` as one line of printable text (no newline or control character)."""
+    """``value`` as one line of printable text (no newline, line separator or control
+    character)."""
     text = str(value)
     if CONTROL.search(text):
         raise KnobInputError(what, f"{text!r} holds a newline or control character")
@@ -42,12 +52,14 @@ def one_line(value: Any, what: str, limit: int = 1023) -> str:
 
 
 def clean_path(value: Any, what: str) -> str:
-    """``value`` as an absolute, normalised path of printable characters without spaces."""
+    """``value`` as an absolute, normalised path of printable characters without spaces or
+    characters that a reader of the file would expand (``$``, backquote, backslash: enroot's
+    ``environ.d`` expands ``${VAR}``)."""
     text = one_line(value, what, 4095)
     if not text.startswith("/") or posixpath.normpath(text) != text or text == "/" \
-            or any(c.isspace() for c in text) or text.startswith("//"):
+            or any(c.isspace() for c in text) or text.startswith("//") or EXPANDED.search(text):
         raise KnobInputError(what, f"{text!r} is not an absolute, normalised path "
-                             "(no '..', '//', trailing '/' or spaces)")
+                             "(no '..', '//', trailing '/', spaces, '$', '`' or '\\')")
     return text
 
 

@@ -4,10 +4,11 @@ and carrying both into every enroot/pyxis container (planners in ``planners/runt
 from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Setting
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import PATH_PATTERN
 
 TOPO_FILE = {"nccl_topo_file": {
     "type": ["string", "null"],
-    "pattern": "^/(?!.*//)(?!(.*/)?\\.\\.?(/|$))[^\\s\\x00-\\x1f\\x7f]*[^/\\s\\x00-\\x1f\\x7f]$",
+    "pattern": PATH_PATTERN,
     "description": "path NCCL_TOPO_FILE must name, or null when the platform needs none"}}
 IN_CONTAINER = {"require_in_container": {
     "type": "boolean",
