@@ -70,14 +70,18 @@ def claimed(root: Sysroot, claim: dict[str, Any] | None, check_mode: bool) -> It
 def take(root: Sysroot, claim: dict[str, Any] | None) -> None:
     """Take ``claim`` (None: only make sure no one holds the host); :class:`HostClaimed`
     when another controller holds it, ``HostStateError`` when the claim cannot be written."""
+    if claim is None:  # only a look: nothing is written
+        current = read_claim(root)
+        if current:
+            raise HostClaimed(root.display(CLAIM), current)
+        return
     with _locked(root):
         current = read_claim(root)
-        if current and (claim is None or current.get("token") not in (
-                claim["token"], *(claim.get("replace") or []))):
+        if current and current.get("token") not in (claim["token"],
+                                                    *(claim.get("replace") or [])):
             raise HostClaimed(root.display(CLAIM), current)
-        if claim is not None:
-            _write(root, {"token": claim["token"],
-                          **{k: (claim.get("holder") or {}).get(k) for k in HOLDER_KEYS}})
+        _write(root, {"token": claim["token"],
+                      **{k: (claim.get("holder") or {}).get(k) for k in HOLDER_KEYS}})
 
 
 def release(root: Sysroot, tokens: Collection[str] | None) -> dict[str, Any] | None:
