@@ -58,6 +58,8 @@ def test_table_format_shows_layers_and_sources():
      "--min-effect -0.01: a fraction"),
     (["tune", "--bench", "b.yaml", "--min-runs", "4", "--max-runs", "3"],
      "need 2 <= min-runs <= max-runs"),
+    (["tune", "--bench", "b.yaml", "--sysroot", H100, "--canary", "99"],
+     "--canary 99: the target has 1 host(s); a canary is fewer hosts than that (0 for none)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     out = cli(*args, cwd=tmp_path)

@@ -222,7 +222,14 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path):
             (["--knob", f"{QPS}=2", "--write-profile", str(tmp_path / "no/dir/p.yaml")],
              f"directory {tmp_path / 'no/dir'} does not exist"),
             (["--knob", f"{QPS}=2", "--dry-run", "--write-profile",
-              str(tmp_path / "no/dir/p.yaml")], "does not exist")):
+              str(tmp_path / "no/dir/p.yaml")], "does not exist"),
+            (["--knob", f"{QPS}=2", "--canary", "1"], "--canary 1: the target has 1 host(s)"),
+            (["--knob", f"{QPS}=2", "--canary", "99", "--dry-run"], "--canary 99: the target"),
+            # before, 13,310 grid arms were accepted: days of rounds
+            (["--grid", "--knob", f"{QPS}=2,3,4,5,6,7,8,9,10,11",
+              "--knob", f"{SPLIT}=0,1,2,3,4,5,6,7,8,9",
+              "--knob", "NCCL_IB_TC=1,2,3,4,5,6,7,8,9,10", "--dry-run"],
+             "--knob: 1210 arms to measure, more than 100: fewer values, or coordinate-wise")):
         out = sweep(directory, *args, "--quiet")  # stderr: the error only
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()

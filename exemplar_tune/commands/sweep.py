@@ -20,6 +20,7 @@ from exemplar_tune.inputs import output_file, read_input
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
 from exemplar_tune.orchestration.experiments import (
+    check_canary,
     check_measuring,
     details_hint,
     duration,
@@ -146,6 +147,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not plan[0].candidates:
         raise UserError(f"--knob: every value is what the hosts have now "
                         f"({arm_label(plan[0].incumbent)}): nothing to sweep")
+    arm_count(knobs, plan, args.grid)  # refuses a sweep too large before anything runs
+    check_canary(args.canary, len(hosts_facts))
     if args.dry_run:
         return _dry_run(args, knobs, plan, shapes, notes, identity)
     with claim_hosts(runner(args), "sweep"), graceful_stop(), Ledger(args.ledger) as ledger:

@@ -14,6 +14,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.hostlist import compress
+from exemplar_tune.fleet.inventory import inventory_hosts
 from exemplar_tune.fleet.playbook_runs import (
     claim_hosts,
     ledger_target,
@@ -47,12 +48,20 @@ def check_measuring(canary: int, confidence: float, bounds: tuple[int, int], uni
                         f"max-{unit}")
 
 
+def check_canary(canary: int, hosts: int) -> None:
+    """A one-line error for a canary that is not fewer hosts than the target has."""
+    if canary and canary >= hosts:
+        raise UserError(f"--canary {canary}: the target has {hosts} host(s); a canary is "
+                        "fewer hosts than that (0 for none)")
+
+
 def run_experiment(args: argparse.Namespace, layers: list[str], kind: str) -> int:
     """Walk ``layers`` in preflight order through the measured loop; print the summary."""
     check_measuring(args.canary, args.confidence, (args.min_runs, args.max_runs), "runs")
     if not 0 <= args.min_effect < 1:
         raise UserError(f"--min-effect {args.min_effect}: a fraction from 0 to below 1, e.g. "
                         "0.01 for 1 %")
+    check_canary(args.canary, len(inventory_hosts(runner(args))))
     if args.profile == AUTO:
         hosts, _missing = collect_facts(args.sysroot, runner(args), ["vm"])
         args.profile = profile_for_hosts(AUTO, hosts.values())

@@ -29,6 +29,7 @@ from exemplar_tune.errors import UserError
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec
 
 UNSET = "unset"
+MAX_ARMS = 100  # arms one sweep may measure: at 2-10 rounds each, more is days of fabric time
 Settings = dict[str, str | None]  # None: the key is absent (NCCL's default)
 
 
@@ -104,9 +105,14 @@ def coordinate_step(knobs: list[SweptKnob], index: int, base: Settings) -> Step:
 
 def arm_count(knobs: list[SweptKnob], plan: list[Step], grid: bool) -> int:
     """Arms measured in all (incumbents included), at most: the budget's multiplier. The
-    first step's are known; a later knob's incumbent may be one of its values."""
+    first step's are known; a later knob's incumbent may be one of its values.
+    ``UserError`` past :data:`MAX_ARMS`."""
     first = len(plan[0].candidates) + 1
-    return first if grid else first + sum(len(k.values) + 1 for k in knobs[1:])
+    count = first if grid else first + sum(len(k.values) + 1 for k in knobs[1:])
+    if count > MAX_ARMS:
+        raise UserError(f"--knob: {count} arms to measure, more than {MAX_ARMS}: fewer values"
+                        + (", or coordinate-wise (without --grid)" if grid else ""))
+    return count
 
 
 def nccl_shapes(specs: list[BenchmarkSpec], bench: str) -> list[BenchmarkSpec]:
