@@ -1,4 +1,7 @@
-"""One controller at a time per host: a registry of the hosts each live controller changes.
+"""One controller at a time per host, on this machine: a registry of the hosts each live
+controller changes. It refuses a conflict at once, before any host is reached; the host's own
+claim (:mod:`exemplar_tune.fleet.host_claims`) is what keeps controllers with other state
+directories or on other machines apart.
 
 Every command that changes hosts (``apply``, ``restore``/``rollback``, ``tune``, ``resume``)
 holds its hosts for as long as it runs, by identity
@@ -14,7 +17,7 @@ a stale claim and is dropped by the next controller that looks, so a controller 
 SIGKILL never blocks its hosts. Claims made on another machine (a state directory shared
 between controllers) cannot be checked and are kept; the refusal says so and names the file.
 ``flock`` is per machine: on a state directory shared over
-NFS it does not keep controllers on different machines apart.
+NFS it does not keep controllers on different machines apart (the host claims do).
 """
 
 from __future__ import annotations
