@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -35,7 +36,11 @@ def test_preflight_metrics_match_the_json_result(tmp_path: Path) -> None:
     assert set(sample.labels) == {"host", "layer", "check", "severity"}
     (info,) = found["exemplar_tune_run_info"]
     assert info.labels["command"] == "preflight" and info.labels["profile"] == "h100-x86"
-    assert found["exemplar_tune_run_timestamp_seconds"][0].value > 1.7e9
+    assert {(s.labels["layer"], s.labels["status"]) for s in found["exemplar_tune_layer_status"]
+            } == {*((layer, "checked") for layer in ("gpu", "vm", "cpu", "runtime", "fabric")),
+                  ("workload", "not_checked")}  # no workload result given: every check skips
+    assert [s.labels for s in found["exemplar_tune_host_status"]] == [
+        {"host": "h100-x86", "command": "preflight", "status": "ok"}]
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in tmp_path.iterdir()] == ["exemplar.prom"]  # no temp file left
 
@@ -50,7 +55,8 @@ def test_labels_are_escaped_and_unreachable_hosts_listed() -> None:
     (check,) = found["exemplar_tune_check_status"]
     assert check.labels["host"] == 'n"1' and check.value == 1
     assert found["exemplar_tune_run_info"][0].labels["profile"] == 'site "a"\nb'
-    assert found["exemplar_tune_host_unreachable"][0].labels == {"host": "gpu\\7"}
+    assert found["exemplar_tune_host_status"][0].labels == {
+        "host": "gpu\\7", "command": "preflight", "status": "unreachable"}
 
 
 def test_audit_lists_every_knob_of_the_layers_audited() -> None:
@@ -76,11 +82,30 @@ def test_audit_lists_every_knob_of_the_layers_audited() -> None:
     assert ("n2", "cpu.cstate_cmdline") not in drift
     assert [s.labels for s in found["exemplar_tune_knob_not_applicable"]] == [
         {"host": "n2", "layer": "cpu", "knob": "cpu.cstate_cmdline"}]
-    assert {(s.labels["host"], s.labels["layer"]): s.value
-            for s in found["exemplar_tune_layer_audited"]} == {
-        ("n1", "cpu"): 1, ("n1", "fabric"): 1, ("n2", "cpu"): 1, ("n2", "fabric"): 1,
-        ("n3", "cpu"): 0, ("n3", "fabric"): 0}
-    assert [s.labels for s in found["exemplar_tune_host_unreachable"]] == [{"host": "n4"}]
+    assert {(s.labels["host"], s.labels["layer"]): s.labels["status"]
+            for s in found["exemplar_tune_layer_status"]} == {
+        ("n1", "cpu"): "drift", ("n1", "fabric"): "no_drift", ("n2", "cpu"): "no_drift",
+        ("n2", "fabric"): "no_drift", ("n3", "cpu"): "not_audited",
+        ("n3", "fabric"): "not_audited"}
+    assert {s.value for s in found["exemplar_tune_layer_status"]} == {1}  # never a zero
+    assert {s.labels["host"]: s.labels["status"] for s in found["exemplar_tune_host_status"]
+            } == {"n1": "ok", "n2": "ok", "n3": "failed", "n4": "unreachable"}
+
+
+def test_values_are_exact_and_a_local_run_is_labelled_with_the_machine_name() -> None:
+    """Before, the time was written with %g: 1.79642e+09, off by up to an hour and more, and
+    every node's local run said host="localhost"."""
+    doc = {"profile": "p", "unreachable": {}, "layers": ["cpu"],
+           "hosts": {"localhost": {"results": [{"id": "cpu.turbo", "layer": "cpu",
+                                                "status": "fail", "severity": "high"}]}}}
+    text = preflight_text(doc, now=1796420012.3456)
+    assert 'exemplar_tune_run_timestamp_seconds{command="preflight"} 1796420012.346\n' in text
+    found = families(text)
+    assert found["exemplar_tune_run_timestamp_seconds"][0].value == 1796420012.346
+    assert found["exemplar_tune_check_status"][0].labels["host"] == socket.gethostname()
+    host = socket.gethostname()
+    assert f'exemplar_tune_check_status{{host="{host}",layer="cpu",check="cpu.turbo",' \
+        'severity="high"} 2\n' in text
 
 
 def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:

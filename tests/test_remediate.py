@@ -203,10 +203,13 @@ def test_a_layer_that_cannot_be_audited_is_never_reported_free_of_drift(tmp_path
     assert "UNREACHABLE" not in text.stdout
 
     metrics = cli(*args, "--format", "prometheus").stdout
-    assert 'exemplar_tune_layer_audited{host="broken",layer="cpu"} 0' in metrics
+    assert 'exemplar_tune_layer_status{host="broken",layer="cpu",command="audit",' \
+        'status="not_audited"} 1' in metrics
     assert 'exemplar_tune_knob_drift{host="broken",layer="cpu"' not in metrics
     assert 'exemplar_tune_knob_drift{host="broken",layer="vm",knob="vm.iommu_passthrough"} 0' \
         in metrics
     assert ('exemplar_tune_knob_not_applicable{host="nogrub",layer="vm",'
             'knob="vm.iommu_passthrough"} 1') in metrics
-    assert "exemplar_tune_host_unreachable" not in metrics
+    assert 'exemplar_tune_host_status{host="broken",command="audit",status="ok"} 1' \
+        in metrics  # it answered
+    assert 'status="unreachable"' not in metrics

@@ -1,5 +1,5 @@
 """Preflight and audit results in the Prometheus text format, for node_exporter's textfile
-collector (continuous drift monitoring).
+collector (continuous drift monitoring; the alert rules in ``monitoring/`` read these series).
 
 Series (every one a gauge):
 
@@ -8,14 +8,25 @@ Series (every one a gauge):
 * ``exemplar_tune_knob_drift{host, layer, knob}``: 1 when the host differs from the profile's
   target for that knob, 0 when it does not (audit; every knob of the layers audited on that
   host, except the knobs that do not apply to it);
-* ``exemplar_tune_layer_audited{host, layer}``: 1 when the layer was audited on that host, 0
-  when it could not be (its knobs then have no drift series: absent, never 0);
 * ``exemplar_tune_knob_not_applicable{host, layer, knob}``: 1 for a knob that does not apply
   to the host (no bootloader configuration ...);
-* ``exemplar_tune_host_unreachable{host}``: 1 for a host that did not answer;
-* ``exemplar_tune_run_timestamp_seconds`` and ``exemplar_tune_run_info{command, profile,
-  version}`` (always 1): when the file was written, by what.
+* ``exemplar_tune_layer_status{host, layer, command, status}``: 1, one series per host and
+  layer, the state in ``status``: ``checked`` or ``not_checked`` (preflight: every check of
+  the layer skipped, or not run after a failing layer), ``drift``, ``no_drift`` or
+  ``not_audited`` (audit);
+* ``exemplar_tune_host_status{host, command, status}``: 1, one series per host: ``ok``,
+  ``failed`` (it answered, the run failed there) or ``unreachable``; a host that could not be
+  checked is never a row of zeros;
+* ``exemplar_tune_run_timestamp_seconds{command}`` and ``exemplar_tune_run_info{command,
+  profile, version}`` (always 1): when the file was written (Unix time, to the millisecond),
+  by what.
 
+The ``command`` label keeps a preflight file and an audit file in one textfile directory
+apart (node_exporter refuses a series that two files both hold).
+
+The ``host`` label is the inventory's host name; a local run's ``localhost`` is written as the
+machine's host name, so that files of many nodes do not fold into one host. Values are written
+exactly (integers as integers, times to the millisecond: Python's shortest round-trip form).
 Label values are escaped as the format requires (backslash, double quote, newline), so no
 host or profile name can change the file's syntax. :func:`write_atomically` writes a temp file
 in the target's directory and renames it over the target, so the collector never reads half a
@@ -25,13 +36,14 @@ file.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import get_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES, get_layer
 
 from exemplar_tune import __version__
 from exemplar_tune.errors import UserError
@@ -41,10 +53,10 @@ STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2}
 _HELP = {
     "exemplar_tune_check_status": "Preflight check outcome: 0 pass, 1 warn, 2 fail.",
     "exemplar_tune_knob_drift": "1 when the host differs from the profile's target for a knob.",
-    "exemplar_tune_layer_audited": "1 when the layer was audited on the host, 0 when it could "
-                                   "not be.",
     "exemplar_tune_knob_not_applicable": "1 for a knob that does not apply to the host.",
-    "exemplar_tune_host_unreachable": "1 for a host that did not answer.",
+    "exemplar_tune_layer_status": "1 for the layer's state on the host, named in status.",
+    "exemplar_tune_host_status": "1 for the host's state, named in status (ok, failed, "
+                                 "unreachable).",
     "exemplar_tune_run_timestamp_seconds": "When exemplar-tune wrote this file (Unix time).",
     "exemplar_tune_run_info": "The exemplar-tune command and profile behind this file.",
 }
@@ -54,9 +66,17 @@ def _escape(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
 
 
+def _value(value: float) -> str:
+    """A sample value written exactly: an integer as one, a float in its shortest form that
+    reads back as the same float (``1796420012.345``, never ``1.79642e+09``)."""
+    if isinstance(value, bool) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
 def _series(name: str, labels: Mapping[str, Any], value: float) -> str:
     inner = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
-    return f"{name}{{{inner}}} {value:g}" if inner else f"{name} {value:g}"
+    return f"{name}{{{inner}}} {_value(value)}" if inner else f"{name} {_value(value)}"
 
 
 def _text(samples: Iterable[tuple[str, Mapping[str, Any], float]]) -> str:
@@ -70,48 +90,73 @@ def _text(samples: Iterable[tuple[str, Mapping[str, Any], float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def host_label(host: str) -> str:
+    """The ``host`` label of an inventory host: its name, the machine's name for the local
+    host (``localhost``)."""
+    return socket.gethostname() if host == "localhost" else host
+
+
 def _run(command: str, profile: str, now: float | None) -> list[tuple[str, dict, float]]:
-    return [("exemplar_tune_run_timestamp_seconds", {}, round(now or time.time(), 3)),
+    return [("exemplar_tune_run_timestamp_seconds", {"command": command},
+             round(now or time.time(), 3)),
             ("exemplar_tune_run_info", {"command": command, "profile": profile,
                                         "version": __version__}, 1)]
+
+
+def _hosts(command: str, statuses: Mapping[str, str]) -> list[tuple[str, dict, float]]:
+    """One ``exemplar_tune_host_status`` series per host."""
+    return [("exemplar_tune_host_status",
+             {"host": host_label(host), "command": command, "status": status}, 1)
+            for host, status in sorted(statuses.items())]
 
 
 def preflight_text(doc: Mapping[str, Any], now: float | None = None) -> str:
     """A preflight result (``preflight --format json``'s document) as textfile metrics."""
     samples = _run("preflight", doc["profile"], now)
+    layers = doc.get("layers") or LAYER_NAMES
     for host, result in sorted(doc["hosts"].items()):
+        label = host_label(host)
+        checked = set()
         for check in result["results"]:
             if check["status"] in STATUS_VALUE:
+                checked.add(check["layer"])
                 samples.append(("exemplar_tune_check_status",
-                                {"host": host, "layer": check["layer"], "check": check["id"],
+                                {"host": label, "layer": check["layer"], "check": check["id"],
                                  "severity": check["severity"]},
                                 STATUS_VALUE[check["status"]]))
-    samples += [("exemplar_tune_host_unreachable", {"host": host}, 1)
-                for host in sorted(doc.get("unreachable") or {})]
+        samples += [("exemplar_tune_layer_status", {
+            "host": label, "layer": layer, "command": "preflight",
+            "status": "checked" if layer in checked else "not_checked"}, 1) for layer in layers]
+    samples += _hosts("preflight", {**dict.fromkeys(doc["hosts"], "ok"),
+                                    **dict.fromkeys(doc.get("unreachable") or {},
+                                                    "unreachable")})
     return _text(samples)
 
 
 def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = None) -> str:
-    """An audit result (``audit --format json``'s document) as textfile metrics: whether each
-    of ``layers`` was audited on each host that answered, and the drift of every knob of the
-    layers that were."""
+    """An audit result (``audit --format json``'s document) as textfile metrics: each of
+    ``layers``' state on each host that answered, and the drift of every knob of the layers
+    that were audited."""
     samples = _run("audit", doc["profile"], now)
     for host, data in sorted(doc["hosts"].items()):
+        label = host_label(host)
         drifting = {(k["layer"], k["knob"]) for k in data.get("changed") or []}
         absent = {(k["layer"], k["knob"]) for k in data.get("not_applicable") or []}
         for layer in layers:
-            audited = data["audit"][layer]["status"] != "not audited"
-            samples.append(("exemplar_tune_layer_audited", {"host": host, "layer": layer},
-                            int(audited)))
-            for knob in get_layer(layer).knobs if audited else ():
-                labels = {"host": host, "layer": layer, "knob": f"{layer}.{knob.name}"}
+            status = data["audit"][layer]["status"]
+            samples.append(("exemplar_tune_layer_status",
+                            {"host": label, "layer": layer, "command": "audit",
+                             "status": status.replace(" ", "_")}, 1))
+            for knob in get_layer(layer).knobs if status != "not audited" else ():
+                labels = {"host": label, "layer": layer, "knob": f"{layer}.{knob.name}"}
                 if (layer, knob.name) in absent:
                     samples.append(("exemplar_tune_knob_not_applicable", labels, 1))
                 else:
                     samples.append(("exemplar_tune_knob_drift", labels,
                                     int((layer, knob.name) in drifting)))
-    samples += [("exemplar_tune_host_unreachable", {"host": host}, 1)
-                for host in sorted(doc.get("unreachable") or {})]
+    samples += _hosts("audit", {**dict.fromkeys(doc["hosts"], "ok"),
+                                **dict.fromkeys(doc.get("failed") or {}, "failed"),
+                       **dict.fromkeys(doc.get("unreachable") or {}, "unreachable")})
     return _text(samples)
 
 
