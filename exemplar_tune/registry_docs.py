@@ -9,6 +9,8 @@
 * the knob keys of ``exemplar_tune/profiles/schema.json`` (each knob's ``profile_keys``);
 * ``plugins/plugin_utils/knob_variable_names.py``: each layer's knob variables, for the
   ``exemplar.tune.knob_variables`` lookup;
+* ``deploy/kubernetes/node-problem-detector-config.yaml``: node-problem-detector's plugin
+  configuration, one node condition per layer with checks;
 * the README's knob and check tables (between ``<!-- generated: NAME -->`` and
   ``<!-- end: NAME -->``).
 
@@ -33,6 +35,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
 )
 
 from exemplar_tune.checks import CHECKS
+from exemplar_tune.reports.npd import plugin_config_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "profiles" / "schema.json"
@@ -222,11 +225,36 @@ def variable_names() -> str:
             f"LAYER_VARIABLES = {{\n{body}\n}}\n")
 
 
+NPD_CONFIG = REPO / "deploy" / "kubernetes" / "node-problem-detector-config.yaml"
+
+
+def npd_config_map() -> str:
+    """``deploy/kubernetes/node-problem-detector-config.yaml``: the ConfigMap that holds
+    node-problem-detector's plugin configuration, one condition per layer."""
+    doc = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "exemplar-tune-npd", "namespace": "kube-system",
+                        "labels": {"app.kubernetes.io/name": "exemplar-tune-npd"}},
+           "data": {"exemplar-tune.json": plugin_config_text()}}
+    header = ("# Generated from the layer and check registries by\n"
+              "# `python -m exemplar_tune.registry_docs`: edit exemplar_tune/reports/npd.py, "
+              "not this file.\n")
+    return header + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=100)
+
+
+class _BlockDumper(_Dumper):
+    """Multi-line strings (an embedded file) as literal blocks."""
+
+
+_BlockDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
 def generated() -> dict[Path, str]:
     """Every generated file's path and its content from the registries."""
     files = {REPO / "roles" / layer / "meta" / "argument_specs.yml": argument_specs(layer)
              for layer in ROLE_LAYERS}
     files[VARIABLE_NAMES] = variable_names()
+    files[NPD_CONFIG] = npd_config_map()
     files[SCHEMA] = profile_schema(json.loads(SCHEMA.read_text()))
     readme = README.read_text()
     readme = _replace_block(readme, "knobs", knob_table())

@@ -17,6 +17,7 @@ from exemplar_tune.inputs import output_file, read_input
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import host_profiles, shipped_profiles
+from exemplar_tune.reports.npd import npd_result
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
 
@@ -33,6 +34,7 @@ PREFLIGHT_EPILOG = """examples:
   exemplar-tune preflight -i hosts.yml --format json --output fleet.json
   exemplar-tune preflight --launcher "enroot start --rw pytorch"   check inside the container
   exemplar-tune preflight --slurm-prolog --drain-at medium   as a Slurm prolog gate
+  exemplar-tune preflight --format npd --layer cpu     a node-problem-detector plugin
 
 Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
 (pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
@@ -66,8 +68,11 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--results", type=Path, metavar="FILE.json",
                      help='benchmark results for the workload layer: {"SHAPE": {"value": N, '
                      '"unit": "s/step"}}')
-    cmd.add_argument("--format", choices=("table", "json", "markdown", "html", "prometheus"),
-                     default="table", help="prometheus: node_exporter's textfile format")
+    cmd.add_argument("--format", choices=("table", "json", "markdown", "html", "prometheus",
+                                          "npd"), default="table",
+                     help="prometheus: node_exporter's textfile format; npd: Kubernetes "
+                     "node-problem-detector's plugin protocol (one node: exit 0 OK, 1 a check "
+                     "fails, 2 unknown; one line)")
     cmd.add_argument("--output", type=Path, metavar="FILE",
                      help="write the report to FILE (prometheus: replaced in one rename)")
     cmd.add_argument("--details", action="store_true",
@@ -89,6 +94,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         if extras["results"] is not None:
             facts["workload"]["results"] = extras["results"]
     doc = preflight_hosts(hosts, profiles, args.layer, args.stop_at_first_failing_layer, missing)
+    if args.format == "npd":
+        status, message = npd_result(doc)
+        print(message)
+        return status
     _emit(doc, args)
     return exit_status(doc)
 
