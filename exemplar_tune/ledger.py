@@ -168,6 +168,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = ((
     f"INSERT INTO samples_v3 SELECT {_SAMPLE_COLUMNS} FROM samples",  # noqa: S608 - constants
     "DROP TABLE samples",
     "ALTER TABLE samples_v3 RENAME TO samples",
+), (
+    # v4: preflight results kept per host (preflight --record), for repeat offenders.
+    """CREATE TABLE preflight_runs (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    host TEXT NOT NULL,
+    profile_name TEXT
+)""",
+    """CREATE TABLE preflight_failures (
+    run_id INTEGER NOT NULL REFERENCES preflight_runs(id) ON DELETE CASCADE,
+    check_id TEXT NOT NULL,
+    PRIMARY KEY (run_id, check_id)
+)""",
+    "CREATE INDEX preflight_runs_host ON preflight_runs(host, at)",
 ))
 SCHEMA_VERSION = len(MIGRATIONS)
 _T = TypeVar("_T")
@@ -425,6 +439,19 @@ class Ledger:
     # -- writing -------------------------------------------------------------------------------
 
     @_guarded
+    def record_preflight(self, hosts: Mapping[str, tuple[str | None, list[str]]]) -> None:
+        """Record one preflight: per host its profile and the checks that failed there."""
+        now = _now()
+        with self._write():
+            for host, (profile, failing) in sorted(hosts.items()):
+                run = self._conn.execute(
+                    "INSERT INTO preflight_runs (at, host, profile_name) VALUES (?, ?, ?)",
+                    (now, host, profile)).lastrowid
+                self._conn.executemany(
+                    "INSERT INTO preflight_failures (run_id, check_id) VALUES (?, ?)",
+                    [(run, check) for check in sorted(set(failing))])
+
+    @_guarded
     def start_experiment(self, kind: str, profile_name: str | None, target: Mapping[str, Any],
                          options: Mapping[str, Any]) -> str:
         """Record a new ``running`` experiment owned by this process; return its id.
@@ -649,6 +676,31 @@ class Ledger:
             "decisions": rows("decisions", "decided_at"),
             "events": [_drop_id(r) for r in rows("events", "id")],
         }
+
+    @_guarded
+    def preflight_history(self, runs: int, since: str,
+                          hosts: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per host its last ``runs`` recorded preflights at or after ``since`` (the same
+        form as the ledger's times), newest first: ``[{at, failing: [check ids]}]``;
+        ``hosts`` limits the hosts read."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        with self._read():
+            rows = self._conn.execute(
+                "SELECT r.id, r.host, r.at, f.check_id FROM (SELECT *, row_number() OVER "
+                "(PARTITION BY host ORDER BY at DESC, id DESC) AS n FROM preflight_runs "
+                "WHERE at >= ?) r LEFT JOIN preflight_failures f ON f.run_id = r.id "
+                "WHERE r.n <= ? ORDER BY r.host, r.at DESC, r.id DESC", (since, runs))
+            seen: dict[int, dict[str, Any]] = {}
+            for row in rows:
+                if hosts is not None and row["host"] not in hosts:
+                    continue
+                run = seen.get(row["id"])
+                if run is None:
+                    run = seen[row["id"]] = {"at": row["at"], "failing": []}
+                    out.setdefault(row["host"], []).append(run)
+                if row["check_id"]:
+                    run["failing"].append(row["check_id"])
+        return out
 
     @_guarded
     def sample_seconds(self, shapes: list[str], limit: int = 200) -> dict[str, list[float]]:

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "facts": ("facts", "print the facts of each layer"),
     "snapshot": ("facts", "capture this host into one archive"),
     "preflight": ("preflight", "check every layer against a profile"),
+    "offenders": ("preflight", "hosts that fail the same check again and again"),
     "apply": ("change", "apply one layer's fixes (journaled, restorable)"),
     "audit": ("change", "drift report: the roles in check mode with diff"),
     "restore": ("change", "put back what a run changed"),

@@ -8,23 +8,27 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
+from exemplar_tune.checks.base import FAIL
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
 from exemplar_tune.commands.slurm import add_prolog_option
 from exemplar_tune.errors import UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import output_file, read_input
+from exemplar_tune.ledger import Ledger, NoLedger
+from exemplar_tune.offenders import offenders, repeat_failures, thresholds
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
-from exemplar_tune.profile import host_profiles, shipped_profiles
+from exemplar_tune.profile import host_profiles, load_profile, shipped_profiles
 from exemplar_tune.reports.npd import npd_result
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register ``preflight``."""
+    """Register ``preflight`` and ``offenders``."""
     _add_preflight(sub)
+    _add_offenders(sub)
 
 
 PREFLIGHT_EPILOG = """examples:
@@ -77,6 +81,10 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
                      help="write the report to FILE (prometheus: replaced in one rename)")
     cmd.add_argument("--details", action="store_true",
                      help="fleet table: also list every host's checks")
+    cmd.add_argument("--record", action="store_true",
+                     help="keep each host's failing checks in the ledger, for 'exemplar-tune "
+                     "offenders' (and, in prometheus format, the repeat counts)")
+    cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.set_defaults(func=cmd_preflight)
     add_prolog_option(cmd)
 
@@ -94,12 +102,75 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         if extras["results"] is not None:
             facts["workload"]["results"] = extras["results"]
     doc = preflight_hosts(hosts, profiles, args.layer, args.stop_at_first_failing_layer, missing)
+    if args.record:
+        _record(doc, args.ledger, next(iter(profiles.values()), ({}, ""))[0])
     if args.format == "npd":
         status, message = npd_result(doc)
         print(message)
         return status
     _emit(doc, args)
     return exit_status(doc)
+
+
+def _record(doc: dict, ledger_path: Path | None, profile: dict) -> None:
+    """Keep the hosts' failing checks in the ledger; add each host's repeat counts
+    (``repeat_failures``) and the repeat offenders (``repeat_offenders``) to ``doc``."""
+    rule = thresholds(profile)
+    with Ledger(ledger_path) as ledger:
+        ledger.record_preflight({host: (data["profile"], [r["id"] for r in data["results"]
+                                                          if r["status"] == FAIL])
+                                 for host, data in doc["hosts"].items()})
+        doc["repeat_failures"] = repeat_failures(ledger, rule, sorted(doc["hosts"]))
+    doc["repeat_offenders"] = {host: sorted(c for c, n in checks.items()
+                                            if n >= rule["failures"])
+                               for host, checks in doc["repeat_failures"].items()}
+
+
+OFFENDERS_EPILOG = """examples:
+  exemplar-tune preflight -i hosts.yml --record          (each run: from a timer or a prolog)
+  exemplar-tune offenders                                 3 failures of the last 5 in 7 days
+  exemplar-tune offenders --failures 2 --runs 3 --format json
+
+A host is a repeat offender for a check when it failed that check in at least FAILURES of its
+last RUNS recorded preflights within DAYS days. The thresholds come from the options, else the
+profile's 'offenders' settings, else 3 of 5 in 7 days. Exit 1 when there is an offender.
+"""
+
+
+def _add_offenders(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser("offenders", help=SUMMARIES["offenders"],
+                         description="List the hosts that failed the same preflight check again "
+                         "and again (from 'preflight --record').", epilog=OFFENDERS_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmd.add_argument("--failures", type=int, metavar="N", help="failures that make an offender")
+    cmd.add_argument("--runs", type=int, metavar="M", help="of a host's last M recorded runs")
+    cmd.add_argument("--days", type=float, metavar="D", help="within the last D days")
+    cmd.add_argument("--profile", metavar="NAME|FILE",
+                     help="read the thresholds from this profile's 'offenders' settings")
+    cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
+    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.set_defaults(func=cmd_offenders)
+
+
+def cmd_offenders(args: argparse.Namespace) -> int:
+    """``exemplar-tune offenders``."""
+    rule = thresholds(load_profile(args.profile) if args.profile else None,
+                      failures=args.failures, runs=args.runs, days=args.days)
+    try:
+        with Ledger(args.ledger, read_only=True) as ledger:
+            found = offenders(ledger, rule)
+    except NoLedger:
+        found = []
+    if args.format == "json":
+        print(json.dumps({"rule": rule, "offenders": found}, indent=2))
+    elif not found:
+        print(f"no repeat offender ({rule['failures']:g} failures of the last "
+              f"{rule['runs']:g} recorded runs in {rule['days']:g} days)")
+    else:
+        for group in found:
+            print(f"{group['check']:<32} {group['failures']}/{group['runs']} runs  "
+                  f"{group['count']} host(s)  {group['hostlist']}")
+    return 1 if found else 0
 
 
 def _read_results(path: Path) -> dict:

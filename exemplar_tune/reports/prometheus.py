@@ -10,6 +10,10 @@ Series (every one a gauge):
   host, except the knobs that do not apply to it);
 * ``exemplar_tune_knob_not_applicable{host, layer, knob}``: 1 for a knob that does not apply
   to the host (no bootloader configuration ...);
+* with ``preflight --record``, ``exemplar_tune_check_repeat_failures{host, check}``: how
+  often the check failed in the host's last recorded preflights (the profile's
+  ``offenders.runs`` within ``offenders.days``), and ``exemplar_tune_repeat_offender{host,
+  check}`` (1) where that reaches ``offenders.failures``;
 * ``exemplar_tune_layer_status{host, layer, command, status}``: 1, one series per host and
   layer, the state in ``status``: ``checked`` or ``not_checked`` (preflight: every check of
   the layer skipped, or not run after a failing layer), ``drift``, ``no_drift`` or
@@ -54,6 +58,9 @@ _HELP = {
     "exemplar_tune_check_status": "Preflight check outcome: 0 pass, 1 warn, 2 fail.",
     "exemplar_tune_knob_drift": "1 when the host differs from the profile's target for a knob.",
     "exemplar_tune_knob_not_applicable": "1 for a knob that does not apply to the host.",
+    "exemplar_tune_check_repeat_failures": "Failures of the check in the host's last "
+                                           "recorded preflights (preflight --record).",
+    "exemplar_tune_repeat_offender": "1 when the host is a repeat offender for the check.",
     "exemplar_tune_layer_status": "1 for the layer's state on the host, named in status.",
     "exemplar_tune_host_status": "1 for the host's state, named in status (ok, failed, "
                                  "unreachable).",
@@ -127,6 +134,13 @@ def preflight_text(doc: Mapping[str, Any], now: float | None = None) -> str:
         samples += [("exemplar_tune_layer_status", {
             "host": label, "layer": layer, "command": "preflight",
             "status": "checked" if layer in checked else "not_checked"}, 1) for layer in layers]
+    for host, checks in sorted((doc.get("repeat_failures") or {}).items()):
+        offending = set((doc.get("repeat_offenders") or {}).get(host) or ())
+        for check, failures in sorted(checks.items()):
+            labels = {"host": host_label(host), "check": check}
+            samples.append(("exemplar_tune_check_repeat_failures", labels, failures))
+            if check in offending:
+                samples.append(("exemplar_tune_repeat_offender", labels, 1))
     samples += _hosts("preflight", {**dict.fromkeys(doc["hosts"], "ok"),
                                     **dict.fromkeys(doc.get("unreachable") or {},
                                                     "unreachable")})
