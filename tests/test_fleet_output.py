@@ -185,3 +185,21 @@ def test_a_hostlist_naming_too_many_hosts_is_refused_before_it_is_spelt_out(huge
         ansible_limit(huge)
     out = cli("preflight", "-i", "x,", "--limit", huge)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_restore_folds_hosts_like_apply():
+    """Before, restore printed one line per host: 256 lines for a 256-host rollback (the
+    result as ``run_playbook`` gives it: failed hosts among the hosts and named apart)."""
+    from exemplar_tune.commands.change import _restore_lines
+
+    hosts = {f"gpu{i:03d}": {"status": "ok", "restored": [1, 2], "error": None}
+             for i in range(1, 251)}
+    hosts.update({f"gpu{i:03d}": {"status": "ok", "restored": [], "error": None}
+                  for i in range(251, 255)})
+    hosts["gpu255"] = {"status": "failed", "restored": [], "error": "journal corrupted"}
+    lines = _restore_lines("cpu", {"hosts": hosts, "failed": {"gpu255": "journal corrupted"},
+                                   "unreachable": {"gpu256": "timed out"}})
+    assert lines == ["  cpu gpu[001-250] (250/256): 2 change(s) put back",
+                     "  cpu gpu[251-254] (4/256): 0 change(s) put back",
+                     "  cpu gpu255: FAILED: journal corrupted",
+                     "  cpu gpu256: UNREACHABLE: timed out"]

@@ -70,7 +70,7 @@ def test_check_apply_audit_restore_round_trip(tmp_path, state):
 
     restored = cli("restore", "--run", "latest")
     assert restored.returncode == 0 and f"restore of experiment {run_id}" in restored.stdout
-    assert "fabric h100-x86: 1 change(s) put back" in restored.stdout
+    assert "fabric h100-x86 (1/1): 1 change(s) put back" in restored.stdout
     assert without_journal(host) == pristine
 
 

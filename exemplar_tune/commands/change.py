@@ -19,6 +19,7 @@ from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_loop_options
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.fleet import reaper
+from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.playbook_runs import (
     changed_hosts,
     claim_hosts,
@@ -38,6 +39,7 @@ from exemplar_tune.reports.change import (
     group_not_applicable,
     group_not_audited,
     layer_verdicts,
+    problem_lines,
 )
 from exemplar_tune.reports.prometheus import audit_text, write_atomically
 from exemplar_tune.signals import graceful_stop
@@ -270,13 +272,16 @@ def _latest_with_changes(ledger: Ledger) -> str:
 
 
 def _restore_lines(layer: str, result: dict[str, Any]) -> list[str]:
-    lines = []
+    """One line per group of hosts with the same number of changes put back, then the hosts
+    that failed or could not be reached, folded by reason (as ``apply`` prints them)."""
+    restored: dict[int, list[str]] = {}
     for host, data in result["hosts"].items():
-        state = "FAILED: " + (data["error"] or "") if data["status"] == "failed" else (
-            f"{len(data['restored'])} change(s) put back")
-        lines.append(f"  {layer} {host}: {state}")
-    return lines + [f"  {layer} {host}: UNREACHABLE: {why}"
-                    for host, why in result["unreachable"].items()]
+        if data["status"] != "failed":
+            restored.setdefault(len(data["restored"]), []).append(host)
+    total = len(result["hosts"]) + len(result["unreachable"])
+    lines = [f"  {layer} {compress(hosts)} ({len(hosts)}/{total}): {count} change(s) put back"
+             for count, hosts in sorted(restored.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return lines + [f"  {layer}{line[1:]}" for line in problem_lines(result)]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
