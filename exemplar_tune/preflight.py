@@ -17,6 +17,7 @@ from exemplar_tune import __version__
 from exemplar_tune.checks.base import FAIL, SEVERITIES, STATUSES, WARN
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.fleet.hostlist import compress
+from exemplar_tune.reports.provenance import made
 
 Facts = dict[str, dict[str, Any]]
 
@@ -37,9 +38,10 @@ def preflight_hosts(facts_by_host: dict[str, Facts],
         hosts[host] = {"status": worst(r.status for r in results), "profile": profile["name"],
                        "profile_reason": why, "results": [r.to_dict() for r in results]}
     names = sorted({h["profile"] for h in hosts.values()})
+    profile = names[0] if len(names) == 1 else "auto (" + ", ".join(names) + ")"
     return {
-        "tool": "exemplar-tune", "version": __version__,
-        "profile": names[0] if len(names) == 1 else "auto (" + ", ".join(names) + ")",
+        "tool": "exemplar-tune", "version": __version__, "made": made(profile),
+        "profile": profile,
         "layers": layers or None, "hosts": hosts, "unreachable": dict(unreachable or {}),
         "summary": dict(Counter(r["status"] for h in hosts.values() for r in h["results"])),
         "groups": group_by_check(hosts),
@@ -67,7 +69,8 @@ def group_by_check(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                        json.dumps([result["observed"], result["expected"]], sort_keys=True))
                 group = groups.setdefault(key, {
                     **{k: result[k] for k in ("id", "layer", "status", "severity", "title",
-                                              "detail", "observed", "expected", "fix")},
+                                              "detail", "observed", "expected", "fix", "risk",
+                                              "evidence", "knob")},
                     "hosts": []})
                 group["hosts"].append(host)
     total = len(hosts)

@@ -178,7 +178,11 @@ def test_preflight_report_details_findings_only_and_fits_1280_px(tmp_path):
     doc, page = fleet_doc(tmp_path)
     text = page.read_text()
     assert_self_contained(text)
-    assert text.index("Fleet summary") < text.index("<h2>node1")
+    assert text.index("Fleet summary") < text.index("<h2>gpu</h2>")
+    assert "<h2>node1" not in text  # hosts are folded into each finding, not sections
+    assert re.search(r"made \d{4}-\d\d-\d\dT[\d:]+Z on \S+ by exemplar-tune ", text)
+    for g in doc["groups"]:
+        assert f"on <b>{g['hostlist']}</b> ({g['count']} / {g['total']} hosts)" in text
     for g in doc["groups"]:  # check, status, host count
         assert re.search(rf'<code>{re.escape(g["id"])}</code>.*?<td class="{g["status"]}">'
                          rf'{g["status"]}</td>\s*<td class="num">{g["count"]} / {g["total"]}',
@@ -200,11 +204,31 @@ def test_preflight_report_details_findings_only_and_fits_1280_px(tmp_path):
     assert_fits(page, tmp_path)
 
     hostile = json.loads(json.dumps(doc).replace('"node2"', json.dumps(HOSTILE)))
-    first = hostile["hosts"]["node1"]["results"][0]
-    first.update(title=HOSTILE, observed="x" * 600, evidence=["/" + LONG])
+    first = hostile["groups"][0]
+    first.update(title=HOSTILE, observed="x" * 600, evidence=["/" + LONG], hostlist=HOSTILE)
     page = tmp_path / "hostile.html"
     page.write_text(html_report(hostile))
     text = page.read_text()
     assert_self_contained(text)
     assert text.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;") >= 2
     assert_fits(page, tmp_path)
+
+
+def test_the_fleet_page_grows_with_findings_not_hosts():
+    """Before, the page repeated every host's full section: 163 KB for 16 identical hosts.
+    16 and 256 hosts with the same findings give pages of nearly one size (the hostlist and
+    the counts are all that differ)."""
+    from exemplar_tune.facts import facts_from_sysroot
+    from exemplar_tune.preflight import preflight_hosts
+    from exemplar_tune.profile import GIVEN, load_profile
+
+    facts = facts_from_sysroot(str(SYSROOTS / "h100-x86"), None)
+    profile = load_profile("h100-x86")
+    sizes = {}
+    for count in (16, 256):
+        hosts = {f"gpu{i:03d}": facts for i in range(1, count + 1)}
+        doc = preflight_hosts(hosts, dict.fromkeys(hosts, (profile, GIVEN)), None, False)
+        sizes[count] = len(html_report(doc).encode())
+        assert "gpu[001-%03d]" % count in html_report(doc)
+    assert sizes[256] < sizes[16] * 1.02, sizes
+    assert sizes[16] < 40_000, sizes

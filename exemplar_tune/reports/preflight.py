@@ -11,6 +11,7 @@ from typing import Any
 from exemplar_tune.fleet.hostlist import compress, without_host
 from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
+from exemplar_tune.reports.provenance import made_line
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
 COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
@@ -104,21 +105,28 @@ def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """A Markdown report: fleet summary, then each host's checks by layer."""
+    """A Markdown report: the fleet summary, then each layer's findings with their hosts
+    folded (as the HTML page)."""
     out = [f"# exemplar-tune preflight ({doc['profile']})", ""]
+    if doc.get("made"):
+        out += [made_line(doc["made"]) + f"; {len(doc['hosts'])} host(s) checked", ""]
     if doc["groups"]:
-        out += ["| status | check | hosts | fix |", "|---|---|---|---|"]
-        out += [f"| {g['status']} | `{g['id']}` | {g['count']}/{g['total']} | {_md(g['fix'])} |"
-                for g in doc["groups"]]
+        out += ["| status | check | hosts | which | fix |", "|---|---|---|---|---|"]
+        out += [f"| {g['status']} | `{g['id']}` | {g['count']}/{g['total']} | {g['hostlist']} | "
+                f"{_md(g['fix'])} |" for g in doc["groups"]]
     else:
         out.append("No failing or warning check.")
-    for host, data in doc["hosts"].items():
-        out += ["", f"## {host} — {data['status']}", "",
-                "| layer | status | check | finding | evidence |", "|---|---|---|---|---|"]
-        out += [f"| {r['layer']} | {r['status']} | `{r['id']}` | {_md(r['detail'])} | "
-                f"{_md(', '.join(r['evidence']))} |" for r in data["results"]]
-    out += [f"\n**{host}: unreachable** — {_md(reason)}" for host, reason in
-            doc["unreachable"].items()]
+    for section in layer_sections(doc):
+        out += ["", f"## {section['layer']}", ""]
+        out += [f"- **{g['status']}** `{g['id']}` on {g['hostlist']} ({g['count']}/"
+                f"{g['total']}): {_md(g['detail'])}; evidence: {_md(', '.join(g['evidence']))}"
+                for g in section["findings"]]
+        out += [f"- skip `{k['id']}` on {k['hostlist']}: {_md(k['detail'])}"
+                for k in section["skipped"]]
+        if section["passed"]:
+            out.append("- pass everywhere: " + ", ".join(f"`{c}`" for c in section["passed"]))
+    out += [f"\n**{compress(hosts)}: unreachable** — {_md(reason)}" for reason, hosts in
+            fold_reasons(doc["unreachable"]).items()]
     return "\n".join(out) + "\n"
 
 
@@ -131,20 +139,34 @@ def value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
 
 
-def layer_sections(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One host's results by layer: ``{layer, findings, passed, skipped}``; findings are the
-    failing and warning results with their values as text, passed the ids of the others."""
-    sections: dict[str, dict[str, Any]] = {}
-    for r in results:
-        section = sections.setdefault(r["layer"], {"layer": r["layer"], "findings": [],
-                                                   "passed": [], "skipped": []})
-        if r["status"] in ("fail", "warn"):
-            section["findings"].append(dict(r, observed=value_text(r["observed"]),
-                                            expected=value_text(r["expected"])))
-        elif r["status"] == "pass":
-            section["passed"].append(r["id"])
-        else:
-            section["skipped"].append(r)
+def layer_sections(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fleet's results by layer, hosts folded: ``{layer, findings, skipped, passed}``.
+
+    Findings are the failing and warning groups of ``doc`` (one per check and finding, with
+    its hostlist), their values as text; skipped checks are folded by check and reason; passed
+    are the checks that passed on every host that ran them. The page grows with the number of
+    distinct findings, not with the number of hosts.
+    """
+    order = list(dict.fromkeys(r["layer"] for data in doc["hosts"].values()
+                               for r in data["results"]))
+    sections = {layer: {"layer": layer, "findings": [], "skipped": [], "passed": []}
+                for layer in order}
+    for group in doc["groups"]:
+        sections[group["layer"]]["findings"].append(dict(
+            group, observed=value_text(group["observed"]),
+            expected=value_text(group["expected"])))
+    skipped: dict[tuple[str, str, str], list[str]] = {}
+    for host, data in doc["hosts"].items():
+        for r in data["results"]:
+            if r["status"] == "skip":
+                skipped.setdefault((r["layer"], r["id"], without_host(r["detail"], host)),
+                                   []).append(host)
+    for (layer, check, detail), hosts in skipped.items():
+        sections[layer]["skipped"].append({"id": check, "detail": detail,
+                                           "hostlist": compress(hosts), "count": len(hosts)})
+    layer_of = {r["id"]: r["layer"] for data in doc["hosts"].values() for r in data["results"]}
+    for check in passed_everywhere(doc):
+        sections[layer_of[check]]["passed"].append(check)
     return list(sections.values())
 
 
@@ -153,16 +175,19 @@ def passed_everywhere(doc: dict[str, Any]) -> list[str]:
     seen: dict[str, bool] = {}
     for data in doc["hosts"].values():
         for r in data["results"]:
-            seen[r["id"]] = seen.get(r["id"], True) and r["status"] == "pass"
+            if r["status"] != "skip":
+                seen[r["id"]] = seen.get(r["id"], True) and r["status"] == "pass"
     return [check for check, passed in seen.items() if passed]
 
 
 def html_report(doc: dict[str, Any]) -> str:
     """A self-contained HTML page (``templates/preflight.html.j2``, autoescaped; inline CSS,
-    no scripts, no external resources): the fleet summary, then each host by layer."""
-    hosts = [{"name": host, "status": data["status"],
-              "layers": layer_sections(data["results"])} for host, data in doc["hosts"].items()]
-    return render("preflight.html.j2", doc=doc, hosts=hosts, passed=passed_everywhere(doc),
+    no scripts, no external resources): the fleet summary, then each layer's findings with
+    the hosts that have each one folded into a hostlist."""
+    return render("preflight.html.j2", doc=doc, sections=layer_sections(doc),
+                  made=made_line(doc["made"]) if doc.get("made") else "",
+                  unreachable=[(compress(hosts), reason) for reason, hosts in
+                               fold_reasons(doc["unreachable"]).items()],
                   summary=", ".join(f"{count} {status}" for status, count in
                                     sorted(doc["summary"].items(), key=lambda kv: _RANK[kv[0]])))
 
