@@ -229,6 +229,6 @@ def test_the_fleet_page_grows_with_findings_not_hosts():
         hosts = {f"gpu{i:03d}": facts for i in range(1, count + 1)}
         doc = preflight_hosts(hosts, dict.fromkeys(hosts, (profile, GIVEN)), None, False)
         sizes[count] = len(html_report(doc).encode())
-        assert "gpu[001-%03d]" % count in html_report(doc)
+        assert f"gpu[001-{count:03d}]" in html_report(doc)
     assert sizes[256] < sizes[16] * 1.02, sizes
     assert sizes[16] < 40_000, sizes
