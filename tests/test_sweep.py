@@ -143,6 +143,16 @@ def test_cx8_picks_four_qps_and_writes_a_profile_for_its_fabric(tmp_path):
     assert report.returncode == 0
     page = (tmp_path / "r.html").read_text()
     assert page.count("<svg") == 2 and "GB/s), higher is better" in page
+    # the fabric in words, and the incumbent beside the candidates it was measured against
+    assert "fabric: ConnectX-8 (MT4131), firmware " in page
+    incumbent_runs = sum(1 for s in shown["samples"]
+                         if s["arm"] == f"{QPS}=1" and s["shape"] == shown["samples"][0]["shape"])
+    assert re.search(rf"<td>{QPS}=1 <span class=\"muted\">\(incumbent\)</span></td>"
+                     rf"<td class=\"num\">{incumbent_runs}</td>\s*<td class=\"num\">reference",
+                     page), page
+    markdown = cli("report", doc["experiment"]).stdout
+    assert f"| {QPS}=1 (incumbent) | {incumbent_runs} | reference |" in markdown
+    assert re.search(r"^made \S+ on \S+ by exemplar-tune ", markdown, re.M)
 
     # the written profile extends the sweep's and keys the settings to this fabric: the
     # fabric's own hosts pass, a CX-7 host is told to sweep again

@@ -42,6 +42,7 @@ from exemplar_tune.reports.change import (
     problem_lines,
 )
 from exemplar_tune.reports.prometheus import audit_text, write_atomically
+from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
 
 
@@ -182,7 +183,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str | None,
                   profile: str, result: dict[str, Any]) -> int:
     doc = {"experiment": experiment, "run_id": run_id, "layer": args.layer,
-           "check": args.check, "profile": profile, **result}
+           "check": args.check, "profile": profile, "made": made(profile), **result}
     _emit(args, doc, apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
 
@@ -293,7 +294,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     layers = args.layer or list(ROLE_LAYERS)
     for data in result["hosts"].values():
         data["audit"] = layer_verdicts(data, layers)
-    doc = {"profile": name, **result, "drift": group_drift(result["hosts"]),
+    doc = {"profile": name, "made": made(name), **result,
+           "drift": group_drift(result["hosts"]),
            "not_audited": group_not_audited(result["hosts"]),
            "not_applicable": group_not_applicable(result["hosts"])}
     if args.format == "prometheus":

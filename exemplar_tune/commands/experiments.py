@@ -22,6 +22,7 @@ from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.profile import AUTO, load_profile
 from exemplar_tune.reports import sweep as sweep_report
 from exemplar_tune.reports.experiment import html_page, markdown
+from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
 
 
@@ -195,6 +196,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, read_only=True) as ledger:
         doc = ledger.show(args.experiment)
     if args.format == "json":
+        doc["made"] = made(doc["experiment"]["profile_name"])
         print(json.dumps(doc, indent=2, default=str))
         return EXIT_OK
     exp = doc["experiment"]

@@ -47,6 +47,7 @@ from exemplar_tune.orchestration.sweep_plan import (
 from exemplar_tune.orchestration.tune import LayerLoop, LoopOptions
 from exemplar_tune.profile import AUTO, load_profile, profile_for_hosts
 from exemplar_tune.progress import say
+from exemplar_tune.reports.provenance import made
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
 
@@ -209,7 +210,8 @@ def _finish(args: argparse.Namespace, sweep: Sweep, results: list[StepResult],
     if args.write_profile:
         _write(args.write_profile, profile_fragment(chosen, identity, experiment,
                                                     _extends(args.profile)))
-    doc = {"experiment": experiment, "fabric": identity, "incumbent": arm_label(current),
+    doc = {"experiment": experiment, "made": made(sweep.profile["name"]), "fabric": identity,
+           "incumbent": arm_label(current),
            "chosen": arm_label(chosen), "validation": validation,
            "steps": [{"step": r.step.title, "outcome": r.outcome, "chosen": arm_label(r.chosen),
                       "reason": r.reason, "rounds": r.rounds, "arms": r.estimates}

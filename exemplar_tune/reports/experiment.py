@@ -18,6 +18,7 @@ from typing import Any
 from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.reports import charts as run_charts
 from exemplar_tune.reports.html import render
+from exemplar_tune.reports.provenance import made, made_line
 
 SHOWN_LINES = 8  # of a changed file's removed or added lines
 
@@ -62,8 +63,8 @@ def _gate_text(doc: dict[str, Any]) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """The experiment as Markdown: layers, decisions with intervals, the gap closed."""
     exp = doc["experiment"]
-    out = [f"# exemplar-tune experiment {exp['id']}", "",
-           f"{exp['kind']}, profile {exp['profile_name']}, status **{exp['status']}**", "",
+    out = [f"# exemplar-tune experiment {exp['id']}", "", made_line(made(exp["profile_name"])),
+           "", f"{exp['kind']}, profile {exp['profile_name']}, status **{exp['status']}**", "",
            "| layer | status | shape | change | interval | runs |", "|---|---|---|---|---|---|"]
     decisions = {d["layer"]: d for d in doc["decisions"]}
     for layer in doc["layers"]:
@@ -238,6 +239,7 @@ def html_page(doc: dict[str, Any]) -> str:
                   if data is not None]
     decisions = decision_rows(doc)
     return render("tune.html.j2", exp=doc["experiment"], gate=_gate_text(doc).replace("**", ""),
+                  made=made_line(made(doc["experiment"]["profile_name"])),
                   gap=gap_rows(doc), waterfalls=[run_charts.waterfall(d) for d in waterfalls],
                   decisions=decisions, distributions=distribution_charts(doc),
                   groups=host_groups(doc), preflight=preflight_groups(doc),

@@ -18,6 +18,7 @@ from markupsafe import Markup
 from exemplar_tune.diagnose.nccl_tests import human
 from exemplar_tune.orchestration.stats import CONFIDENCE, t_ppf
 from exemplar_tune.reports.html import axis_label, new_figure, render, svg
+from exemplar_tune.reports.provenance import made, made_line
 
 
 def size_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,22 +52,69 @@ def _interval(values: list[float]) -> tuple[float, float]:
     return mean, half / math.sqrt(len(values))
 
 
+# NVIDIA (Mellanox) adapters by the hca_type the mlx5 driver reports: "MT" and the PCI device
+# ID in decimal (0x101b = 4123 ...; device names from the PCI ID Repository, pci-ids.ucw.cz)
+ADAPTERS = {"MT4123": "ConnectX-6", "MT4125": "ConnectX-6 Dx", "MT4127": "ConnectX-6 Lx",
+            "MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT41686": "BlueField-2",
+            "MT41692": "BlueField-3"}
+
+
+def fabric_words(identity: dict[str, Any]) -> str:
+    """A sweep's fabric in words: ``ConnectX-7 (MT4129), firmware 28.39.1002, InfiniBand at
+    400 Gb/s``."""
+    if not identity or not identity.get("hca_types"):
+        return "no RDMA device seen"
+    models = ", ".join(f"{ADAPTERS[t]} ({t})" if t in ADAPTERS else t
+                       for t in identity["hca_types"])
+    firmware = ", ".join(identity.get("firmware") or []) or "unknown"
+    links = " and ".join(identity.get("link_layers") or []) or "unknown link layer"
+    rates = " and ".join(f"{r:g} Gb/s" for r in identity.get("rates_gbps") or [])
+    return f"{models}, firmware {firmware}, {links}" + (f" at {rates}" if rates else "")
+
+
 def _steps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each step's arms, the incumbent first (the reference every change is measured against:
+    its runs, no change)."""
     decision = next((d for d in doc["decisions"] if d["layer"] == "fabric"), None)
-    return decision["comparisons"] if decision else []
+    if not decision:
+        return []
+    runs = _runs_per_arm(doc)
+    steps = []
+    for step in decision["comparisons"]:
+        incumbent = step.get("incumbent")
+        reference = ([{"arm": incumbent, "runs": runs.get(incumbent, 0), "incumbent": True}]
+                     if incumbent else [])
+        steps.append({**step, "arms": reference + [dict(a, incumbent=False)
+                                                   for a in step["arms"]]})
+    return steps
+
+
+def _runs_per_arm(doc: dict[str, Any]) -> dict[str, int]:
+    """Runs of each arm (of its first shape: every run measures every shape)."""
+    counts: dict[tuple[str, str], int] = {}
+    for sample in doc["samples"]:
+        key = (sample["arm"], sample["shape"])
+        counts[key] = counts.get(key, 0) + 1
+    out: dict[str, int] = {}
+    for (arm, _shape), count in counts.items():
+        out.setdefault(arm, count)
+    return out
 
 
 def markdown(doc: dict[str, Any]) -> str:
     """The sweep as Markdown: each step's arms against the incumbent, then the per-size table."""
     exp, summary = doc["experiment"], (doc["experiment"].get("summary") or {}).get("sweep", {})
-    out = [f"# exemplar-tune sweep {exp['id']}", "",
-           f"status **{exp['status']}**; chosen **{summary.get('chosen', '-')}**", ""]
+    out = [f"# exemplar-tune sweep {exp['id']}", "", made_line(made(exp["profile_name"])), "",
+           f"status **{exp['status']}**; fabric {fabric_words(summary.get('fabric') or {})}; "
+           f"chosen **{summary.get('chosen', '-')}**", ""]
     for step in _steps(doc):
         out += [f"## {step['step']}: {step['outcome']} {step['chosen']} after "
                 f"{step['rounds']} rounds", "",
                 "| arm | runs | change vs incumbent | interval | left the race |",
                 "|---|---:|---:|---|---|"]
-        out += [f"| {a['arm']} | {a['runs']} | {a['rel_change']:+.2%} | [{a['ci_low']:+.2%}, "
+        out += [f"| {a['arm']} (incumbent) | {a['runs']} | reference | – | – |"
+                if a.get("incumbent") else
+                f"| {a['arm']} | {a['runs']} | {a['rel_change']:+.2%} | [{a['ci_low']:+.2%}, "
                 f"{a['ci_high']:+.2%}] | {a['eliminated']} |" for a in step["arms"]]
         out.append("")
     out += ["## Results per shape and message size", "",
@@ -82,7 +130,8 @@ def html_page(doc: dict[str, Any]) -> str:
     exp = doc["experiment"]
     summary = (exp.get("summary") or {}).get("sweep", {})
     rows = size_rows(doc)
-    return render("sweep.html.j2", exp=exp, fabric=summary.get("fabric", {}),
+    return render("sweep.html.j2", exp=exp, fabric=fabric_words(summary.get("fabric") or {}),
+                  made=made_line(made(exp["profile_name"])),
                   chosen=summary.get("chosen", "-"), validation=summary.get("validation"),
                   steps=_steps(doc), rows=rows, confidence=f"{CONFIDENCE:.0%}",
                   charts=[chart(rows, shape) for shape in dict.fromkeys(r["shape"] for r in rows)])
