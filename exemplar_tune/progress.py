@@ -27,12 +27,18 @@ from rich.progress import (
 from rich.table import Column
 
 HEARTBEAT_S = 30.0
-_state = {"quiet": False}
+_state = {"quiet": False, "ansible": True}
 
 
 def set_quiet(quiet: bool) -> None:
     """Silence (or not) every progress line and bar of this process."""
     _state["quiet"] = quiet
+
+
+def show_ansible_steps(shown: bool) -> None:
+    """Show (or not) the per-task progress of Ansible runs; :func:`say` lines stay (the
+    demo shows the loop's own steps, not the playbook tasks behind each)."""
+    _state["ansible"] = shown
 
 
 def say(text: str, stream: TextIO | None = None) -> None:
@@ -52,7 +58,7 @@ class HostProgress:
     def __init__(self, label: str, total: Callable[[], int | None],
                  stream: TextIO | None = None) -> None:
         self.label, self._total_of, self.stream = label, total, stream or sys.stderr
-        self.quiet = _state["quiet"]
+        self.quiet = _state["quiet"] or not _state["ansible"]
         self.live = not self.quiet and self.stream.isatty()
         self.total: int | None = None
         self.task_name: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,12 +59,34 @@ def test_demo_closes_the_gap_and_leaves_nothing_outside_its_directory(tmp_path):
     assert "Gate 95% of the reference: **not reached**." in out.stdout  # before the fabric
     assert "NCCL_IB_QPS_PER_CONNECTION=1 -> NCCL_IB_QPS_PER_CONNECTION=4" in out.stdout
     assert "Chosen: NCCL_IB_QPS_PER_CONNECTION=4; on the training shapes: keep." in out.stdout
-    assert "\n  gate: PASSED\n(the cluster is removed now" in out.stdout
+    assert "\n  gate: PASSED\n(the cluster and its ledger are removed now; 'exemplar-tune " \
+        "demo --keep DIR' keeps them" in out.stdout
+    # no hint that cannot work once the directory is gone, no playbook task lines
+    assert "details:" not in out.stdout and str(temp) not in out.stdout.split("== done")[1]
+    assert "apply: " not in out.stderr and "claim: " not in out.stderr
+    assert "vm: baseline run 1/3" in out.stderr  # the loop's own steps are still shown
     assert "== preflight" in out.stdout
     assert "FAIL  vm.cmdqv-params  2/2 hosts  node[01-02]" in out.stdout
     assert list(home.iterdir()) == [] and list(temp.iterdir()) == []
     assert (tree_state(user_cache) if user_cache.exists() else None) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "tmp"]
+
+
+def test_the_hints_of_a_kept_demo_work_when_pasted(tmp_path):
+    """Before, the demo printed 'details:' commands into a directory it then removed."""
+    kept = tmp_path / "demo"
+    out = cli("demo", "--hosts", "2", "--keep", str(kept), "--scenario", "healthy")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    hints = [line.removeprefix("details: ") for line in out.stdout.splitlines()
+             if line.startswith("details: ")]
+    assert len(hints) == 2  # the tune and the sweep
+    for hint in hints:
+        for command in hint.split("; "):
+            argv = shlex.split(command)
+            assert argv[0] == "exemplar-tune"
+            pasted = cli(*argv[1:])
+            assert pasted.returncode == 0, (command, pasted.stderr)
+    assert (kept / "report.html").is_file() and (kept / "sweep.html").is_file()
 
 
 def test_a_healthy_cluster_keeps_nothing_and_changes_nothing(tmp_path):

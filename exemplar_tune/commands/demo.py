@@ -25,7 +25,7 @@ from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.experiments import print_gap
-from exemplar_tune.progress import say
+from exemplar_tune.progress import say, show_ansible_steps
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.coll_log import coll_log_lines
 from exemplar_tune.sim.model import load_scenario, shipped_scenarios
@@ -73,9 +73,11 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``exemplar-tune demo``."""
     directory = args.keep or Path(tempfile.mkdtemp(prefix="exemplar-tune-demo-")) / "cluster"
+    show_ansible_steps(False)  # the loop's steps on stderr, not every playbook task
     try:
         return _demo(directory, args)
     finally:
+        show_ansible_steps(True)
         if args.keep is None:
             shutil.rmtree(directory.parent, ignore_errors=True)
 
@@ -120,6 +122,7 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
         for title, argv in steps:
             print(f"\n== {title}: exemplar-tune {' '.join(argv)}", flush=True)
             command = parser.parse_args(argv)
+            command.ledger_removed_after = args.keep is None  # no hint that cannot work
             status = command.func(command)
             if title.startswith(("tune", "fabric")) and status != EXIT_OK:
                 print(f"\n== {argv[0]} did not finish cleanly (exit {status}): see above")
@@ -135,9 +138,8 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
         print(f"reports: {directory / 'report.html'} (and report.md), the sweep's "
               f"{directory / 'sweep.html'}; ledger: {state / 'ledger.sqlite3'}")
     else:
-        print("(the cluster is removed now, its ledger too: the 'details:' commands above "
-              "need 'exemplar-tune demo --keep DIR', which keeps the cluster, the ledger and "
-              "the HTML reports)")
+        print("(the cluster and its ledger are removed now; 'exemplar-tune demo --keep DIR' "
+              "keeps them, with the HTML reports, for 'exemplar-tune show' and 'report')")
     return EXIT_OK
 
 

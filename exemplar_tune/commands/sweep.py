@@ -287,7 +287,8 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         print_gap(v["gap"])
     if args.write_profile:
         print(f"wrote {args.write_profile}")
-    print(details_hint(doc["experiment"], args.ledger))
+    if not getattr(args, "ledger_removed_after", False):
+        print(details_hint(doc["experiment"], args.ledger))
 
 
 def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],

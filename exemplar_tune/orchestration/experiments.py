@@ -129,7 +129,8 @@ def walk_layers(ledger: Ledger, experiment: str, args: argparse.Namespace, profi
     ledger.set_summary(experiment, summary)
     ledger.finish(experiment, "failed" if failed or stopped else "finished")
     _print_outcomes(outcomes, summary)
-    print(details_hint(experiment, args.ledger))
+    if not getattr(args, "ledger_removed_after", False):
+        print(details_hint(experiment, args.ledger))
     return EXIT_FINDINGS if failed or stopped else EXIT_OK
 
 
@@ -176,7 +177,9 @@ def _print_outcomes(outcomes: list[Any], summary: dict[str, Any]) -> None:
 
 
 def details_hint(experiment: str, ledger: Path | None) -> str:
-    """The commands that show an experiment, naming a ledger other than the default."""
+    """The commands that show an experiment, naming a ledger other than the default (not
+    printed where the ledger goes away after the command: ``ledger_removed_after`` set on
+    the arguments, as the demo without ``--keep`` does)."""
     where = f" --ledger {ledger}" if ledger else ""
     return (f"details: exemplar-tune show {experiment}{where}; exemplar-tune report "
             f"{experiment}{where}")
