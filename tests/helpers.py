@@ -45,14 +45,23 @@ def run_ok(argv: list[str], env: dict[str, str], cwd: Path | None = None,
     return out
 
 
-def tree_hash(root: Path) -> str:
-    """SHA-256 over every path, link target, file mode and content under ``root``."""
+EXEMPLAR_STATE = "var/lib/exemplar-tune"  # the journals and the claim a change run keeps
+
+
+def tree_hash(root: Path, without: str | None = None) -> str:
+    """SHA-256 over every path, link target, file mode and content under ``root``; with
+    ``without`` (a relative path), that directory, what is under it and the mere presence of
+    its parents are left out (exemplar-tune's own state on a host: :data:`EXEMPLAR_STATE`)."""
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             path = Path(dirpath, name)
-            digest.update(str(path.relative_to(root)).encode())
+            rel = str(path.relative_to(root))
+            if without and (rel == without or rel.startswith(without + "/")
+                            or without.startswith(rel + "/")):
+                continue
+            digest.update(rel.encode())
             if path.is_symlink():
                 digest.update(os.readlink(path).encode())
             elif path.is_file():

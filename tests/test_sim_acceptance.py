@@ -19,7 +19,7 @@ import yaml
 
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.model import host_state, load_scenario
-from tests.helpers import cli_env, tree_hash, tree_state
+from tests.helpers import EXEMPLAR_STATE, cli_env, tree_hash, tree_state
 from tests.test_cli import cli
 from tests.test_tune import other_fabric
 
@@ -91,13 +91,19 @@ def test_the_hints_of_a_kept_demo_work_when_pasted(tmp_path):
 
 def test_a_healthy_cluster_keeps_nothing_and_changes_nothing(tmp_path):
     create_cluster(tmp_path / "c", "healthy", hosts=2)
-    before = tree_hash(tmp_path / "c/hosts")
+    hosts = sorted((tmp_path / "c/hosts").iterdir())
+
+    def content() -> dict[str, str]:  # the hosts, without the claim's (empty) directory
+        return {h.name: tree_hash(h, EXEMPLAR_STATE) for h in hosts}
+
+    before = content()
     out = tune(tmp_path / "c")
     assert out.returncode == 0, out.stdout + out.stderr
     doc = show()
     assert {layer["status"] for layer in doc["layers"]} == {"skipped"}
     assert doc["decisions"] == [] and doc["experiment"]["summary"]["passed"] is True
-    assert tree_hash(tmp_path / "c/hosts") == before
+    assert content() == before
+    assert [list((h / EXEMPLAR_STATE).iterdir()) for h in hosts] == [[], []]  # claims given back
 
 
 def other_fabric_cluster(tmp_path, name):
