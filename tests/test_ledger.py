@@ -256,7 +256,8 @@ def test_opening_twice_migrates_once_and_keeps_data(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = [r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    assert sorted(tables) == ["decisions", "events", "experiments", "hosts", "layers", "samples"]
+    assert sorted(tables) == ["decisions", "events", "experiments", "hosts", "layers",
+                              "preflight_failures", "preflight_runs", "samples"]
 
 
 def test_default_path_is_in_the_state_dir(tmp_path: Path, monkeypatch) -> None:

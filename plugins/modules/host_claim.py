@@ -33,10 +33,15 @@ extends_documentation_fragment:
   - exemplar.tune.claim
 attributes:
   check_mode:
+    description: Reports the claim it finds and what would be taken or given back; writes
+      nothing.
     support: full
-    details: Reports what would be taken or given back; writes nothing.
   diff_mode:
+    description: Only the claim file changes; its holder is in C(claimed_by).
     support: none
+  platform:
+    description: Linux hosts (or a sysroot tree of one).
+    platforms: posix
 notes:
   - C(claim) is required with C(state=present).
 """
