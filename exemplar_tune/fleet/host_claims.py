@@ -32,8 +32,6 @@ from typing import Any
 
 import psutil
 
-from exemplar_tune.fleet.ansible_run import RunOutcome
-
 _CURRENT: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("claim", default=None)
 
 
@@ -80,22 +78,16 @@ def claim_vars(check: bool) -> dict[str, Any]:
     return {"exemplar_claim": claim.extravar(release=claim.single_run)}
 
 
-def holders(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
-    """``{host: holder}`` of the hosts that failed because another controller holds them."""
-    found = {}
-    for host, result in outcome.hosts.items():
-        for task in result.tasks:
-            holder = task["result"].get("claimed_by")
-            if task["status"] == "failed" and isinstance(holder, dict):
-                found[host] = holder
-    return found
-
-
-def stale_tokens(outcome: RunOutcome) -> dict[str, str]:
-    """``{host: token}`` of the claims in ``outcome`` whose controllers are gone; they are
-    added to the current claim's ``replace``, for the run made again on those hosts."""
-    stale = {host: holder["token"] for host, holder in holders(outcome).items()
-             if is_stale(holder) and isinstance(holder.get("token"), str)}
+def stale_tokens(hosts: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """``{host: token}`` of the hosts of a run's results (``playbook_runs.knob_results``) that
+    failed on a claim whose controller is gone; the tokens are added to the current claim's
+    ``replace``, for the run made again on those hosts."""
+    stale = {}
+    for host, data in hosts.items():
+        holder = data.get("claimed_by")
+        if data["status"] == "failed" and holder and is_stale(holder) \
+                and isinstance(holder.get("token"), str):
+            stale[host] = holder["token"]
     claim = _CURRENT.get()
     if claim is not None:
         claim.replace.update(stale.values())

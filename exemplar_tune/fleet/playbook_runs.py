@@ -171,12 +171,11 @@ def run_playbook(run: AnsibleRun, name: str, extravars: dict[str, Any]) -> dict[
     failed on a stale claim of this machine are run again with that claim replaced.
     """
     outcome = run.playbook(playbook(name), {**extravars, **host_claims.claim_vars(run.check)})
-    stale = host_claims.stale_tokens(outcome)
-    if stale:
-        again = run.limited(",".join(sorted(stale))).playbook(
-            playbook(name), {**extravars, **host_claims.claim_vars(run.check)})
-        outcome.hosts.update(again.hosts)
     hosts = knob_results(outcome)
+    stale = host_claims.stale_tokens(hosts)
+    if stale:
+        hosts.update(knob_results(run.limited(",".join(sorted(stale))).playbook(
+            playbook(name), {**extravars, **host_claims.claim_vars(run.check)})))
     unreachable = {h: d["error"] for h, d in hosts.items() if d["status"] == "unreachable"}
     failed = {h: d["error"] for h, d in hosts.items() if d["status"] == "failed"}
     if not hosts:
