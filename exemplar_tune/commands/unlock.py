@@ -44,7 +44,7 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     found = run_playbook(runner(args, check=True), "claim", {"exemplar_claim_state": "absent"})
     claims = {host: data["claimed_by"] for host, data in found["hosts"].items()
               if host not in found["failed"]}
-    live = {h: c for h, c in claims.items() if c and c["machine"] == machine_id()
+    live = {h: c for h, c in claims.items() if c and c.get("machine") == machine_id()
             and not is_stale(c)}
     gone = {h: c for h, c in claims.items() if c and h not in live}
     doc: dict[str, Any] = {"check": args.check, "removed": {}, "kept": live,
