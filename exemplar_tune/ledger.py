@@ -684,6 +684,7 @@ class Ledger:
         form as the ledger's times), newest first: ``[{at, failing: [check ids]}]``;
         ``hosts`` limits the hosts read."""
         out: dict[str, list[dict[str, Any]]] = {}
+        wanted = None if hosts is None else set(hosts)
         with self._read():
             rows = self._conn.execute(
                 "SELECT r.id, r.host, r.at, f.check_id FROM (SELECT *, row_number() OVER "
@@ -692,7 +693,7 @@ class Ledger:
                 "WHERE r.n <= ? ORDER BY r.host, r.at DESC, r.id DESC", (since, runs))
             seen: dict[int, dict[str, Any]] = {}
             for row in rows:
-                if hosts is not None and row["host"] not in hosts:
+                if wanted is not None and row["host"] not in wanted:
                     continue
                 run = seen.get(row["id"])
                 if run is None:
