@@ -457,3 +457,42 @@ def test_a_size_with_thousands_of_digits_is_unparsable_not_a_crash(tmp_path: Pat
     err = failure(spec)
     assert err.reason.startswith("output unparsable (nccl-tests: "), err.reason
     assert "\n" not in err.reason
+
+
+# --- nccl-tests sizes at any rank count ------------------------------------------------------
+
+@pytest.mark.parametrize("hosts", [3, 6, 9, 18])
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_a_requested_size_finds_its_row_at_any_rank_count(tmp_path: Path, hosts: int,
+                                                        gpus: int) -> None:
+    """nccl-tests rounds each size down to whole elements per rank: at 72 ranks the row for
+    128 MiB is 134217504 B. Before, such a size was 'not in the table' and the sweep stopped
+    before measuring anything."""
+    from exemplar_tune.diagnose.nccl_tests import row_size
+    from exemplar_tune.sim.bench import DEFAULT_SIZES, nccl_table, table_sizes
+
+    ranks = hosts * gpus
+    sizes = table_sizes(*DEFAULT_SIZES, ranks)
+    requested = [DEFAULT_SIZES[0] * 2 ** i for i in range(len(sizes))]
+    assert [row_size(sizes, r) for r in requested] == sizes  # each request, its own row
+    assert any(s != r for s, r in zip(sizes, requested, strict=True)) or ranks & (ranks - 1) == 0
+    scenario = {"gpus_per_host": gpus, "workloads": {"ag": {"collective": "all_gather"}}}
+    times = {size: 10.0 + index for index, size in enumerate(sizes)}  # us
+    table = tmp_path / "table.txt"
+    table.write_text("\n".join(nccl_table(scenario, "ag", times, hosts)) + "\n")
+    spec = one(tmp_path, command=python(f"print(open({str(table)!r}).read())"),
+               parser="nccl-tests", collective="all_gather", sizes=["128M", "1G"])
+    measured = run_benchmark(spec)
+    rows = [row_size(sizes, r) for r in (128 << 20, 1 << 30)]
+    assert measured.samples == [round(row / times[row] / 1000 * (ranks - 1) / ranks, 2)
+                                for row in rows]  # busbw of each request's own row
+
+
+def test_a_size_the_table_does_not_have_is_still_refused(tmp_path: Path) -> None:
+    from exemplar_tune.diagnose.nccl_tests import row_size
+    from exemplar_tune.sim.bench import DEFAULT_SIZES, table_sizes
+
+    sizes = table_sizes(*DEFAULT_SIZES, 72)
+    assert row_size(sizes, 100 << 20) is None  # between 64 and 128 MiB: not measured
+    assert row_size(sizes, 512) is None  # below the first row
+    assert row_size([134217600], 128 << 20) == 134217600  # the issue's figure, 72 ranks

@@ -597,3 +597,23 @@ def test_a_finding_names_a_registered_or_a_signal_check():
     assert not {c.id for c in CHECKS} & set(SIGNAL_CHECKS)
     with pytest.raises(ValueError, match="not a preflight check nor a signal check"):
         finding("fabric.no-such-check", "warn", "m")
+
+
+def test_compare_matches_sizes_across_rank_counts(tmp_path):
+    """64 ranks print 128 MiB as 134217728 B, 72 ranks as 134217504 B: the same request.
+    Before, two such runs had no size in common and nothing was compared."""
+    from exemplar_tune.sim.bench import DEFAULT_SIZES, nccl_table, table_sizes
+
+    scenario = {"gpus_per_host": 8, "workloads": {"ag": {"collective": "all_gather"}}}
+    rows = {}
+    for hosts, name in ((8, "a.txt"), (9, "b.txt")):
+        rows[name] = table_sizes(*DEFAULT_SIZES, hosts * 8)
+        times = {size: 10.0 + index for index, size in enumerate(rows[name])}
+        (tmp_path / name).write_text("\n".join(nccl_table(scenario, "ag", times, hosts)) + "\n")
+    out = cli("diagnose", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--compare",
+              "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (compared,) = json.loads(out.stdout)["comparison"]["collectives"]
+    assert [s["size"] for s in compared["sizes"]] == rows["b.txt"]  # every row has its pair
+    assert rows["a.txt"][7] == 128 << 20 and rows["b.txt"][7] == 134217504
+    assert compared["geomean_ratio"] == pytest.approx(1.0, abs=0.01)

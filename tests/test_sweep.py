@@ -173,12 +173,25 @@ def test_cx8_picks_four_qps_and_writes_a_profile_for_its_fabric(tmp_path):
 
 @pytest.mark.system
 def test_fewer_qps_win_at_the_workload_sizes(tmp_path):
-    """h100-fewer-qps: the hosts run 4; at the training job's 64 MiB messages 2 is best."""
-    directory = cluster(tmp_path, "h100-fewer-qps")
+    """h100-fewer-qps: the hosts run 4; at the training job's 64 MiB messages 2 is best.
+    Three hosts of eight GPUs: 24 ranks, so nccl-tests prints 64 MiB as 67108800 B (before,
+    the sweep stopped at its first run: 'size 64 MiB not in the all_gather table')."""
+    directory = cluster(tmp_path, "h100-fewer-qps", hosts=3)
     out = sweep(directory, "--knob", f"{QPS}=1,2,8", "--sizes-from", str(directory / "coll.log"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{QPS}=4 -> {QPS}=2" in out.stdout
     assert qps(directory) == {"2"}
+
+
+@pytest.mark.system
+def test_a_gb300_rack_of_72_ranks_is_swept_at_the_workload_sizes(tmp_path):
+    """18 hosts of 4 GPUs: one NVL72 domain's 72 ranks (64 MiB is the row 67108608 B)."""
+    directory = cluster(tmp_path, "gb300-exemplar-gap", hosts=18)
+    out = sweep(directory, "--knob", f"{QPS}=4", "--sizes-from", str(directory / "coll.log"),
+                "--forks", "18", "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["chosen"] == f"{QPS}=4" and doc["incumbent"] == f"{QPS}=1"
 
 
 @pytest.mark.system

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from exemplar_tune.diagnose import nccl_log, nccl_warn
@@ -229,11 +230,35 @@ def compare_nccl_tests(report_a: Report, report_b: Report) -> dict[str, Any]:
             "collectives": [_compare_one(c, a, b) for c, a, b in pairs]}
 
 
+# nccl-tests rounds each size it prints down to whole elements per rank (ranks x the element
+# size: 576 B at 72 ranks of float): a requested 128 MiB is the row 134217600 at 72 ranks.
+ROUNDING_BYTES = 1024 * 8  # the most a size can lose: 1024 ranks x an 8-byte element
+ROUNDING_SHARE = 0.01  # ... and on large sizes, at most this share
+
+
+def row_size(sizes: Iterable[int], wanted: int) -> int | None:
+    """The size of the row nccl-tests printed for a requested ``wanted`` bytes, at any rank
+    count: ``wanted`` itself, else the largest size below it that rounding can explain (at
+    most :data:`ROUNDING_BYTES` or :data:`ROUNDING_SHARE` less, and less than half: never the
+    row of the next smaller request of a doubling range); None when no row is."""
+    below = [size for size in sizes if size <= wanted]
+    if not below:
+        return None
+    found = max(below)
+    loss = wanted - found
+    return found if loss <= max(ROUNDING_BYTES, wanted * ROUNDING_SHARE) and 2 * loss < wanted \
+        else None
+
+
 def _compare_one(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Rows of B against the rows of A for the same requested size (two runs at different
+    rank counts round the same request to different sizes: the larger of the pair is taken
+    as the request, and each run's row for it is compared)."""
     bw_a = {r["size"]: r["busbw"] for r in a["sizes"]}
     sizes = []
     for row in b["sizes"]:
-        have_a, have_b = bw_a.get(row["size"]), row["busbw"]
+        size_a = _same_request(bw_a, row["size"])
+        have_a, have_b = bw_a.get(size_a) if size_a is not None else None, row["busbw"]
         if have_a is None or have_b is None:
             continue
         ratio = round(have_b / have_a, 4) if have_a else None
@@ -241,6 +266,15 @@ def _compare_one(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, A
     ratios = [s["ratio"] for s in sizes if s["ratio"]]
     geomean = round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4) if ratios else None
     return {"collective": name, "sizes": sizes, "geomean_ratio": geomean}
+
+
+def _same_request(sizes: Iterable[int], size: int) -> int | None:
+    """The size among ``sizes`` that another run printed for the request behind ``size``."""
+    found = row_size(sizes, size)
+    if found is not None:
+        return found
+    above = [s for s in sizes if s > size and row_size([size], s) == size]
+    return min(above) if above else None
 
 
 ANALYZER = Analyzer(KIND, sniff, analyze)

@@ -500,10 +500,11 @@ def _parse_nccl(spec: BenchmarkSpec, out: str, err: str) -> tuple[list[float], f
                        f"{test['out_of_bounds'] or 0} out-of-bounds values)")
     rows = {r["size"]: r for r in test["rows"]}
     samples = []
-    for size in spec.sizes or (max(rows),):
-        if size not in rows:
-            raise _no_sample(f"size {nccl_tests.human(size)} not in the {test['collective']} "
-                             f"table ({nccl_tests.human(min(rows))} .. "
+    for wanted in spec.sizes or (max(rows),):
+        size = nccl_tests.row_size(rows, wanted)  # rounded to whole elements per rank
+        if size is None:
+            raise _no_sample(f"size {nccl_tests.human(wanted)} not in the "
+                             f"{test['collective']} table ({nccl_tests.human(min(rows))} .. "
                              f"{nccl_tests.human(max(rows))})")
         group = rows[size]["out_of_place"]
         have = group.get("busbw") if spec.metric == "busbw" else \
