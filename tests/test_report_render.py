@@ -23,7 +23,7 @@ from defusedxml import ElementTree
 from markupsafe import escape
 
 from exemplar_tune.reports.experiment import html_page
-from exemplar_tune.reports.preflight import html_report
+from exemplar_tune.reports.preflight import html_report, markdown
 from exemplar_tune.sim.cluster import create_cluster
 from tests.conftest import SYSROOTS
 from tests.test_cli import cli
@@ -228,7 +228,12 @@ def test_the_fleet_page_grows_with_findings_not_hosts():
     for count in (16, 256):
         hosts = {f"gpu{i:03d}": facts for i in range(1, count + 1)}
         doc = preflight_hosts(hosts, dict.fromkeys(hosts, (profile, GIVEN)), None, False)
-        sizes[count] = len(html_report(doc).encode())
-        assert f"gpu[001-{count:03d}]" in html_report(doc)
-    assert sizes[256] < sizes[16] * 1.02, sizes
-    assert sizes[16] < 40_000, sizes
+        page, text = html_report(doc), markdown(doc)
+        sizes[count] = (len(page.encode()), len(text.encode()))
+        assert f"gpu[001-{count:03d}]" in page
+        failing = next(g for g in doc["groups"] if g["status"] == "fail")
+        assert f"- **fail** `{failing['id']}` on gpu[001-{count:03d}] ({count}/{count}): " \
+            in text
+        assert "gpu002" not in page + text  # no host is spelt out on its own
+    assert sizes[256][0] < sizes[16][0] * 1.02 and sizes[256][1] < sizes[16][1] * 1.02, sizes
+    assert sizes[16][0] < 40_000, sizes
