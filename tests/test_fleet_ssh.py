@@ -8,13 +8,11 @@ tests/sshfleet.py), each host working inside its own copy of a fixture tree.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import SYSROOTS
-from tests.helpers import cli_env, tree_hash
+from tests.helpers import EXEMPLAR_STATE, cli_env, tree_hash
 from tests.sshfleet import CONTROLLER, Fleet, leftovers
 
 pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
@@ -43,7 +41,7 @@ SITE_PROFILE = {"name": "site-h100",
                 "cpu": CPU_PROFILE["cpu"],
                 "runtime": {"nccl_topo_file": "/etc/nccl/topo.xml", "require_in_container": True},
                 "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
-JOURNAL = Path("var/lib/exemplar-tune")
+JOURNAL = Path(EXEMPLAR_STATE)
 
 
 @dataclass
@@ -62,26 +60,9 @@ class Site:
         return {name: tree_hash(root) for name, root in self.roots.items()}
 
     def hashes_without_journal(self) -> dict[str, str]:
-        """tree_hash of every sysroot as if its journal (the runs' record) were not there;
-        the trees themselves are left as they are."""
-        hashes = {}
-        for name, root in self.roots.items():
-            copy = self.tmp / "without-journal" / name
-            shutil.rmtree(copy, ignore_errors=True)
-            shutil.copytree(root, copy, symlinks=True, ignore=_skip_journal(root))
-            for empty in (copy / JOURNAL.parent, copy / JOURNAL.parent.parent):
-                with contextlib.suppress(OSError):
-                    empty.rmdir()
-            hashes[name] = tree_hash(copy)
-            shutil.rmtree(copy)
-        return hashes
-
-
-def _skip_journal(root: Path) -> Callable[[str, list[str]], list[str]]:
-    """A copytree ``ignore`` that leaves out ``root/var/lib/exemplar-tune``."""
-    def ignore(directory: str, names: list[str]) -> list[str]:
-        return [JOURNAL.name] if Path(directory) == root / JOURNAL.parent else []
-    return ignore
+        """tree_hash of every sysroot as if exemplar-tune's own state there (journals, the
+        claim) were not there."""
+        return {name: tree_hash(root, EXEMPLAR_STATE) for name, root in self.roots.items()}
 
 
 @pytest.fixture
