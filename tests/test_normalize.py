@@ -37,7 +37,19 @@ def test_every_prefix_and_noise_is_removed_and_the_source_kept(prefixed, source,
     assert clean.sources == (source,) * 4
     if kind:
         assert clean.stripped[kind] == 4
-    assert clean_line(prefixed) == (clean.split("\n")[0], source)
+    line, seen = clean_line(prefixed)  # one line alone: no shared indentation to remove
+    assert (line.lstrip(), seen) == (clean.split("\n")[0].lstrip(), source)
+
+
+def test_indentation_every_written_line_shares_is_removed_and_no_more():
+    """A table pasted into a Markdown list: four spaces on every written line go, the rows'
+    own alignment stays; a text whose lines do not all share it is left as it is."""
+    pasted = "    # size count\n\n    " + ROW + "\n   \n      " + ROW.strip() + "\n"
+    clean = normalize(pasted)
+    assert clean.split("\n") == ["# size count", "", ROW, "", "  " + ROW.strip(), ""]
+    assert clean.noise == {"indentation": 3}
+    assert normalize("    # size\n8 2 float\n") == "    # size\n8 2 float\n"
+    assert normalize("\t# a\n    # b\n") == "\t# a\n    # b\n"  # tab and spaces differ
 
 
 def test_ambiguous_prefixes_only_when_most_lines_have_them():

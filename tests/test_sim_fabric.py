@@ -117,7 +117,12 @@ def test_the_best_value_at_the_workloads_sizes_differs_between_scenarios():
 def test_the_unset_defaults_are_ncclss():
     for name in shipped_scenarios():
         response = load_scenario(name)["fabric_response"]
-        assert response[QPS]["unset"] == 1
+        if QPS in response:
+            assert response[QPS]["unset"] == 1
+        for choice in ("NCCL_ALGO", "NCCL_PROTO"):  # NCCL picks per call when unset
+            if choice in response:
+                assert response[choice]["unset"] == "auto"
+                assert "auto" not in response[choice]["factors"]  # NCCL's pick is factor 1
         if "NCCL_IB_SPLIT_DATA_ON_QPS" in response:
             assert response["NCCL_IB_SPLIT_DATA_ON_QPS"]["unset"] == 0  # since NCCL 2.20
 

@@ -306,3 +306,77 @@ def test_two_knobs_are_swept_one_after_the_other(tmp_path):
     assert doc["chosen"] == f"{QPS}=4,{SPLIT}=unset"
     conf = (directory / "hosts/node01/etc/nccl.conf").read_text()
     assert f"{QPS}=4" in conf and SPLIT not in conf
+
+
+@pytest.mark.system
+def test_a_per_size_table_keeps_the_sizes_a_candidate_wins_and_training_confirms_it(tmp_path):
+    """h100-per-size-protocol: ring/LL128 wins below 4 MiB, ring/Simple from 128 MiB up, and
+    NCCL's own choice is as good in between. The table has those rows and no row for 32 MiB;
+    the training benchmark keeps it; rollback of the validation puts every byte back."""
+    directory = cluster(tmp_path, "h100-per-size-protocol")
+    before = conf_states(directory)
+    plan = sweep(directory, "--per-size", "--knob", "NCCL_ALGO=ring", "--knob",
+                 "NCCL_PROTO=ll128,simple", "--sizes-from", str(directory / "coll.log"),
+                 "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "per message size: 6 choices" in plan.stdout and "3 arms x 2-10 rounds" in plan.stdout
+    out = sweep(directory, "--per-size", "--knob", "NCCL_ALGO=ring", "--knob",
+                "NCCL_PROTO=ll128,simple", "--sizes-from", str(directory / "coll.log"),
+                "--validate", str(directory / "bench.yaml"), "--write-tuner",
+                str(tmp_path / "nccl_tuner.conf"), "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    won = {(s["collective"], s["size"]): s["chosen"] for s in doc["sizes"]}
+    for coll in ("all_gather", "reduce_scatter"):
+        assert won[(coll, 2**20)] == "NCCL_ALGO=ring,NCCL_PROTO=ll128"
+        assert won[(coll, 32 * 2**20)] is None
+        assert won[(coll, 2**30)] == "NCCL_ALGO=ring,NCCL_PROTO=simple"
+    assert [(r["collective"], r["protocol"]) for r in doc["tuner_rows"]] == [
+        ("allgather", "ll128"), ("allgather", "simple"),
+        ("reducescatter", "ll128"), ("reducescatter", "simple")]
+    written = (tmp_path / "nccl_tuner.conf").read_text()
+    assert written == doc["tuner_conf"]
+    assert re.search(r"^# sweep \S+: 1 GiB \+1\d\.\d% time saved \[\+1\d\.\d%, \+1\d\.\d%\] vs "
+                     r"NCCL's choice, \d+ rounds$", written, re.M), written
+    assert doc["validation"]["action"] == "keep", doc["validation"]
+    report = cli("report", doc["experiment"]).stdout
+    assert "## Tuner table (nccl_tuner.conf)" in report
+    assert "\nallgather,741455,5931641,ring,ll128,-1,2,-1\n" in report
+    assert re.search(r"## all_gather 32 MiB: incumbent NCCL_ALGO=unset,NCCL_PROTO=unset", report)
+    for host in (directory / "hosts").iterdir():  # the hosts load the table now
+        conf = (host / "etc/nccl.conf").read_text()
+        assert "NCCL_TUNER_PLUGIN=libnccl-tuner-example.so\n" in conf
+        assert "NCCL_TUNER_CONFIG_FILE=/etc/nccl_tuner.conf\n" in conf
+        table = (host / "etc/nccl_tuner.conf").read_text()
+        assert table.splitlines()[2:] == written.splitlines()[2:]  # the same rows and notes
+    back = cli("rollback", "--run", doc["validation"]["experiment"])
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert conf_states(directory) == before
+
+
+@pytest.mark.system
+def test_a_per_size_sweep_that_cannot_make_a_table_is_one_line_and_changes_nothing(tmp_path):
+    directory = cluster(tmp_path, "h100-per-size-protocol", hosts=1)
+    before = conf_states(directory)
+    sized = ["--sizes-from", str(directory / "coll.log")]
+    for conf in (directory / "hosts").glob("*/etc/nccl.conf"):
+        conf.write_text(conf.read_text() + "NCCL_PROTO=Simple\n")
+    for args, message in (
+            (["--knob", "NCCL_PROTO=ll128", "--write-tuner", str(tmp_path / "t")],
+             "--write-tuner: only with --per-size"),
+            (["--per-size", "--knob", "NCCL_PROTO=ll128", *sized], "add --knob NCCL_ALGO="),
+            (["--per-size", "--knob", "NCCL_ALGO=ring", "--knob", "NCCL_PROTO=ll64", *sized],
+             "NCCL_PROTO=ll64: the tuner table knows ll, ll128, simple"),
+            (["--per-size", "--knob", "NCCL_ALGO=ring", "--knob", "NCCL_PROTO=ll128"],
+             "shape nccl-allgather names no message sizes"),
+            (["--per-size", "--knob", "NCCL_ALGO=ring", "--knob", "NCCL_PROTO=ll128", *sized],
+             "the hosts set NCCL_PROTO=Simple: remove it first"),
+            (["--per-size", "--knob", "NCCL_ALGO=ring", "--knob", "NCCL_PROTO=ll128", *sized,
+              "--write-tuner", str(tmp_path / "no/dir/t.conf")], "does not exist")):
+        out = sweep(directory, *args, "--quiet")
+        assert out.returncode == 2, out.stdout + out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], out.stderr
+    for conf in (directory / "hosts").glob("*/etc/nccl.conf"):
+        conf.write_text(conf.read_text().replace("NCCL_PROTO=Simple\n", ""))
+    assert conf_states(directory) == before

@@ -6,6 +6,8 @@ that decorate every line: ``srun --label`` (``12: ``), OpenMPI / ``mpirun --tag-
 Ray and SkyPilot (``(worker pid=.., ip=..)``), Kubernetes/CRI, journald and ISO timestamps,
 ``dmesg`` times, e-mail and Markdown quotes (``> ``), often several stacked. Terminals add
 ANSI colour and cursor codes, carriage returns (tqdm redraws a line with ``\\r``) and CRLF.
+Output pasted into a Markdown list or a documentation tab is indented as a whole: the
+indentation every written line shares is removed too.
 
 :func:`normalize` removes all of that line by line — one output line per input line, so line
 numbers in evidence still point into the file — and keeps what the prefixes said: the rank
@@ -79,7 +81,7 @@ def normalize(text: str) -> CleanText:
         return text
     raw = text.split("\n")
     noise: Counter[str] = Counter()
-    lines = [_terminal(line, noise) for line in raw]
+    lines = _dedent([_terminal(line, noise) for line in raw], noise)
     trial = [_strip(line, set()) for line in lines]
     counts = Counter(kind for _, kinds, _ in trial for kind in kinds)
     written = sum(1 for line in lines if line.strip())
@@ -118,6 +120,23 @@ def _terminal(line: str, noise: Counter[str]) -> str:
         line = _CONTROL.sub("", line)
         noise["control"] += 1
     return line
+
+
+def _dedent(lines: list[str], noise: Counter[str]) -> list[str]:
+    """``lines`` without the leading whitespace all written lines share (blank lines become
+    empty); counted as ``indentation``."""
+    written = [line for line in lines if line.strip()]
+    if not written or not written[0][:1].isspace():
+        return lines
+    first = written[0]
+    width = len(first) - len(first.lstrip())
+    for line in written[1:]:
+        while width and line[:width] != first[:width]:
+            width -= 1
+        if not width:
+            return lines
+    noise["indentation"] += len(written)
+    return [line[width:] if line.strip() else "" for line in lines]
 
 
 def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:

@@ -4,8 +4,10 @@ The log is read by :mod:`.steplog_formats` (Megatron-LM and its forks, NeMo / Li
 ``step_time=``, litgpt, torchtitan, DeepSpeed, HF Trainer, tqdm bars, one number per line)
 into one series. The rules, with the figures they use (the constants below):
 
-* **Samples.** Fewer than ``MIN_SAMPLES`` (3) refuse the file: ``only 2 timing samples (at
-  least 3 needed)``; a family seen without timing: ``no per-step timing found (why)``.
+* **Samples.** Fewer than ``MIN_SAMPLES`` (3) are shown as they are (each step's time, line
+  and iteration) with ``info`` findings that say no distribution can be judged from them
+  (``summary.judged`` false); a family seen without timing refuses the file: ``no per-step
+  timing found (why)``.
 * **Ranks.** Lines from several launcher sources are never merged into one series: the
   lowest rank's series is read, and the summary's ``notes`` say so.
 * **Intervals.** A sample may be the mean over several iterations (Megatron's
@@ -323,19 +325,35 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     except NoTiming as exc:
         raise DiagnoseError(f"{source}: {exc}") from None
     n = len(series.samples)
-    if n < MIN_SAMPLES:
-        detail = "".join(f"; {note}" for note in series.notes)
-        raise DiagnoseError(f"{source}: step-time log ({series.fmt}): only {n} timing "
-                            f"sample{'' if n == 1 else 's'} (at least {MIN_SAMPLES} "
-                            f"needed{detail})")
     head = {"format": series.fmt, "unit": series.unit, "timing": series.timing,
             "sample_is": series.sample_is, "samples": n,
             "log_interval": int(statistics.median(s.span for s in series.samples))}
     if series.notes:
         head["notes"] = list(series.notes)
+    if n < MIN_SAMPLES:
+        return _short_report(series, source, head)
     if series.rate:
         return _rate_report(series, source, head)
     return _time_report(series, source, head, expectations)
+
+
+def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:
+    """One or two samples: shown as they are; nothing about a distribution is judged."""
+    unit = "ms" if not series.rate else series.unit
+    shown = [f"{s.value:g} {unit}" + (f" (iteration {s.iteration})" if s.iteration is not None
+                                       else f" (line {s.line})") for s in series.samples]
+    n = len(series.samples)
+    ev = [cite(source, [s.line for s in series.samples], series.unit)]
+    why = (f"{_plural(n, 'timed step')} in the log: no distribution can be judged (at least "
+           f"{MIN_SAMPLES} needed)")
+    steps = [{"iteration": s.iteration, "line": s.line, "value": s.value, "span": s.span}
+             for s in series.samples]
+    summary = {**head, "judged": False, "steps": steps,
+               "read": describe([s.value for s in series.samples],
+                                "_ms" if not series.rate else "")}
+    return Report(source, KIND, summary, [
+        finding(CHECK_STALLS, INFO, f"stalls not judged: {why}", ev),
+        finding(CHECK_SHAPE, INFO, f"{series.sample_is}: {', '.join(shown)}; {why}", ev)])
 
 
 def _time_report(series: Series, source: str, head: dict[str, Any],

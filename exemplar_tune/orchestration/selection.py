@@ -17,7 +17,9 @@ After each round from ``min_rounds`` on (a *look*):
   group-sequential boundary of :mod:`exemplar_tune.orchestration.boundary` (information fraction
   ``round / max_rounds``) and over the candidates by Holm's step-down: sorted by one-sided
   p-value, the ``i``-th smallest must lie below ``level / (K - i + 1)`` (``K`` candidates,
-  eliminated ones included) and every smaller one must have passed.
+  eliminated ones included) and every smaller one must have passed. When one sweep makes
+  ``family`` such choices at once (one per message size, ``sweep --per-size``), ``level`` is
+  first divided by ``family`` (Bonferroni over the choices, Holm within each).
 * **Elimination** (read on ``stop_confidence``, a non-binding futility rule that can only miss
   a gain, never add a wrong pick): a candidate leaves the race when its interval against the
   incumbent lies below zero, when its interval against the current leader (the live
@@ -82,7 +84,7 @@ class ArmSelection:
 
     def __init__(self, incumbent: str, candidates: list[str], *, confidence: float = CONFIDENCE,
                  stop_confidence: float = STOP_CONFIDENCE, min_rounds: int = MIN_RUNS,
-                 max_rounds: int = MAX_RUNS, spending: str = SPENDING) -> None:
+                 max_rounds: int = MAX_RUNS, spending: str = SPENDING, family: int = 1) -> None:
         if not candidates or incumbent in candidates or len(set(candidates)) != len(candidates):
             raise ValueError("need one or more distinct candidates besides the incumbent")
         if not 2 <= min_rounds <= max_rounds:
@@ -91,7 +93,7 @@ class ArmSelection:
         self.incumbent, self.candidates = incumbent, list(candidates)
         self.confidence, self.stop_confidence = confidence, stop_confidence
         self.min_rounds, self.max_rounds, self.spending = min_rounds, max_rounds, spending
-        self.levels = nominal_levels((1.0 - confidence) / 2.0,
+        self.levels = nominal_levels((1.0 - confidence) / 2.0 / max(1, family),
                                      [r / max_rounds for r in range(min_rounds, max_rounds + 1)],
                                      spending)
         self._values: dict[str, list[float]] = {arm: [] for arm in self.arms}

@@ -8,6 +8,11 @@ decides after every round. Several knobs are swept one at a time in the order gi
 top of the earlier winners, or as a grid (``--grid``). The hosts end on the chosen settings, or
 restored from their journals byte for byte when the incumbent stays.
 
+With ``--per-size`` every (collective, message size) of the shapes is a choice of its own
+between NCCL's own algorithm and protocol and the candidates (:meth:`Sweep.run_per_size`, rows
+of a tuner table: :mod:`.tuner_table`); the hosts end as they were, and the table is what the
+sweep gives.
+
 With ``--validate TRAIN.yaml`` a winner then goes through the keep-or-restore rule of ``tune``
 on the training shapes, in an experiment of its own: the sweep's hosts are first put back on
 the incumbent, so that the training benchmark measures the incumbent against the winner. A
@@ -21,13 +26,16 @@ from __future__ import annotations
 
 import argparse
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from exemplar_tune.diagnose import nccl_tests
 from exemplar_tune.errors import UserError, crash_report
 from exemplar_tune.fleet.playbook_runs import runner
 from exemplar_tune.ledger import Ledger
-from exemplar_tune.orchestration.benchmark import BenchmarkFailed, BenchmarkSpec
+from exemplar_tune.orchestration.benchmark import BenchmarkFailed, BenchmarkSpec, Measurement
 from exemplar_tune.orchestration.selection import ArmSelection, Selection, run_score
 from exemplar_tune.orchestration.sweep_plan import (
     Settings,
@@ -37,6 +45,7 @@ from exemplar_tune.orchestration.sweep_plan import (
     coordinate_step,
 )
 from exemplar_tune.orchestration.tune import HostsLost, LayerLoop, LoopOptions, Scope, _time_like
+from exemplar_tune.orchestration.tuner_table import SizeChoice
 from exemplar_tune.progress import say
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
@@ -76,12 +85,8 @@ class Sweep:
             ) -> list[StepResult]:
         """Every step in order; the hosts end on the last step's choice. Any failure restores
         the hosts from the journal before it is raised."""
-        self.original = dict(current)
-        self.ledger.add_layer(self.experiment, LAYER, POSITION, f"{self.experiment}-{LAYER}")
-        self.scope = self._scope()
-        self.ledger.set_layer_status(self.experiment, LAYER, "measuring")
         results: list[StepResult] = []
-        try:
+        with self._measuring(current):
             step: Step | None = plan[0]
             while step is not None:
                 results.append(self._measure(step))
@@ -89,9 +94,29 @@ class Sweep:
                 step = (coordinate_step(knobs, index, results[-1].chosen)
                         if not self.args.grid and index < len(knobs) else None)
             self._set(results[-1].chosen)
-            if self.scope.rest and results[-1].chosen != self.original:
+            if self.scope and self.scope.rest and results[-1].chosen != self.original:
                 self.loop.profile = self._arm_profile(results[-1].chosen)
                 self.loop._roll_out(self.scope)
+        return results
+
+    def run_per_size(self, step: Step, current: Settings) -> list[SizeChoice]:
+        """One choice per (shape, message size) among the step's arms, the error shared over
+        all of them; the hosts end as they were (restored from the journal)."""
+        with self._measuring(current):
+            choices = self._measure_sizes(step)
+            self._set(self.original)
+        return choices
+
+    @contextmanager
+    def _measuring(self, current: Settings) -> Iterator[None]:
+        """The fabric layer in the ledger and the hosts' scope; any failure restores the
+        hosts from the journal before it is raised."""
+        self.original = dict(current)
+        self.ledger.add_layer(self.experiment, LAYER, POSITION, f"{self.experiment}-{LAYER}")
+        self.scope = self._scope()
+        self.ledger.set_layer_status(self.experiment, LAYER, "measuring")
+        try:
+            yield
         except StoppedAtOnce:
             raise
         except Interrupted as stop:
@@ -106,7 +131,6 @@ class Sweep:
                 f"internal error: {crash_report(exc)}"
             self._restore_all(reason)
             raise
-        return results
 
     def _scope(self) -> Scope:
         plan = self.loop._playbook(self.loop.run, "apply", LAYER, check=True)
@@ -147,9 +171,62 @@ class Sweep:
         return StepResult(step, chosen, result.outcome, result.reason,
                           [_estimate_dict(e) for e in result.estimates], selection.rounds())
 
+    def _measure_sizes(self, step: Step) -> list[SizeChoice]:
+        labels = [arm_label(a) for a in step.candidates]
+        incumbent = arm_label(step.incumbent)
+        settings = {arm_label(a): a for a in (step.incumbent, *step.candidates)}
+        keys = [(spec.name, size) for spec in self.shapes for size in spec.sizes]
+        selections = {key: ArmSelection(incumbent, labels, confidence=self.args.confidence,
+                                        min_rounds=self.args.min_rounds,
+                                        max_rounds=self.args.max_rounds, family=len(keys))
+                      for key in keys}
+        decided: dict[tuple[str, int], Selection] = {}
+        say(f"{step.title} per message size: {len(labels) + 1} arms (incumbent {incumbent}) at "
+            f"{len(keys)} sizes, {self.args.min_rounds}-{self.args.max_rounds} rounds")
+        rounds = 0
+        while len(decided) < len(keys):
+            open_keys = [k for k in keys if k not in decided]
+            live = [a for a in settings if any(a in selections[k].live() for k in open_keys)]
+            shift = rounds % len(live)
+            for arm in live[shift:] + live[:shift]:
+                self._set(settings[arm])
+                values = self._bench_sizes(arm)
+                for key in open_keys:
+                    if arm in selections[key].live():
+                        selections[key].add(arm, values[key])
+            rounds += 1
+            for key in open_keys:
+                result = selections[key].decide()
+                if result.outcome != "continue":
+                    decided[key] = result
+            say(f"{step.title}: round {rounds}/{self.args.max_rounds}, {len(decided)} of "
+                f"{len(keys)} sizes decided")
+        return [self._size_choice(key, decided[key], settings, selections[key].rounds())
+                for key in keys]
+
+    def _size_choice(self, key: tuple[str, int], result: Selection,
+                     settings: dict[str, Settings], rounds: int) -> SizeChoice:
+        spec = next(s for s in self.shapes if s.name == key[0])
+        won = result.arm if result.outcome == "choose" else None
+        return SizeChoice(nccl_tests.collective(spec.collective or ""), key[1],
+                          settings[won] if won else None, result.reason, rounds,
+                          tuple(_estimate_dict(e) for e in result.estimates))
+
     def _bench_arm(self, arm: str) -> float:
         """One run of every shape on the current arm; its score (lower is better)."""
-        values = []
+        return run_score([_time_like(m.value, spec.higher_is_better)
+                          for spec, m in self._bench_shapes(arm)])
+
+    def _bench_sizes(self, arm: str) -> dict[tuple[str, int], float]:
+        """One run of every shape on the current arm; the time-like value at each
+        (shape, size)."""
+        return {(spec.name, size): _time_like(value, spec.higher_is_better)
+                for spec, m in self._bench_shapes(arm)
+                for size, value in zip(spec.sizes, m.samples, strict=True)}
+
+    def _bench_shapes(self, arm: str) -> list[tuple[BenchmarkSpec, Measurement]]:
+        """One run of every shape on the current arm, each recorded in the ledger."""
+        done = []
         hosts = self.scope.hosts if self.scope and self.scope.rest else None
         for spec in self.shapes:
             measurement = self.loop._bench(spec, hosts)
@@ -161,8 +238,8 @@ class Sweep:
             self.ledger.add_sample(self.experiment, LAYER, arm, spec.name, index,
                                    measurement.value, measurement.unit, measurement.samples,
                                    str(measurement.log_path or ""), measurement.seconds)
-            values.append(_time_like(measurement.value, spec.higher_is_better))
-        return run_score(values)
+            done.append((spec, measurement))
+        return done
 
     def _set(self, settings: Settings) -> None:
         """Bring the measured hosts to ``settings``: the journal's restore for the settings the

@@ -111,7 +111,8 @@ def arm_count(knobs: list[SweptKnob], plan: list[Step], grid: bool) -> int:
     count = first if grid else first + sum(len(k.values) + 1 for k in knobs[1:])
     if count > MAX_ARMS:
         raise UserError(f"--knob: {count} arms to measure, more than {MAX_ARMS}: fewer values"
-                        + (", or coordinate-wise (without --grid)" if grid else ""))
+                        + (", or coordinate-wise (without --grid)"
+                           if plan[0].title.startswith("grid") else ""))
     return count
 
 
@@ -171,13 +172,14 @@ def current_values(hosts: Mapping[str, Mapping[str, Any]], names: list[str]) -> 
 
 
 def profile_fragment(settings: Settings, identity: Mapping[str, Any], experiment: str,
-                     extends: str) -> str:
+                     extends: str, tuner: list[dict[str, Any]] | None = None) -> str:
     """A site profile (YAML text) that extends the profile the sweep ran with by the chosen
-    settings and the fabric they were measured on."""
-    doc = {"extends": extends,
-           "fabric": {"nccl": dict(settings), "measured_on": {**identity,
-                                                              "experiment": experiment}}}
+    settings (and tuner table rows) and the fabric they were measured on."""
+    fabric: dict[str, Any] = {"nccl": dict(settings)}
+    if tuner:
+        fabric["nccl_tuner"] = tuner
+    fabric["measured_on"] = {**identity, "experiment": experiment}
     head = (f"# NCCL settings chosen by 'exemplar-tune sweep' (experiment {experiment}) on the\n"
             "# fabric named under measured_on: use it as --profile, or copy its fabric section;\n"
             "# the fabric.nccl-measured-here check warns on hosts whose fabric differs.\n")
-    return head + yaml.safe_dump(doc, sort_keys=False)
+    return head + yaml.safe_dump({"extends": extends, "fabric": fabric}, sort_keys=False)

@@ -13,6 +13,7 @@ import math
 import statistics
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import nccl_tuner
 from markupsafe import Markup
 
 from exemplar_tune.diagnose.nccl_tests import human
@@ -101,12 +102,19 @@ def _runs_per_arm(doc: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def tuner_text(summary: dict[str, Any]) -> str:
+    """The tuner table a per-size sweep recorded, as the file's rows with their notes."""
+    return nccl_tuner.render(summary["tuner_rows"], "the sweep's tuner table").rstrip("\n")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The sweep as Markdown: each step's arms against the incumbent, then the per-size table."""
     exp, summary = doc["experiment"], (doc["experiment"].get("summary") or {}).get("sweep", {})
     out = [f"# exemplar-tune sweep {exp['id']}", "", made_line(made(exp["profile_name"])), "",
            f"status **{exp['status']}**; fabric {fabric_words(summary.get('fabric') or {})}; "
            f"chosen **{summary.get('chosen', '-')}**", ""]
+    if summary.get("tuner_rows"):
+        out += ["## Tuner table (nccl_tuner.conf)", "", "```", tuner_text(summary), "```", ""]
     for step in _steps(doc):
         out += [f"## {step['step']}: {step['outcome']} {step['chosen']} after "
                 f"{step['rounds']} rounds", "",
@@ -133,6 +141,7 @@ def html_page(doc: dict[str, Any]) -> str:
     return render("sweep.html.j2", exp=exp, fabric=fabric_words(summary.get("fabric") or {}),
                   made=made_line(made(exp["profile_name"])),
                   chosen=summary.get("chosen", "-"), validation=summary.get("validation"),
+                  tuner=tuner_text(summary) if summary.get("tuner_rows") else "",
                   steps=_steps(doc), rows=rows, confidence=f"{CONFIDENCE:.0%}",
                   charts=[chart(rows, shape) for shape in dict.fromkeys(r["shape"] for r in rows)])
 

@@ -69,13 +69,14 @@ def bench_lines(directory: Path, scenario: dict[str, Any], hosts: list[str], wor
     run = next_run(directory / "state" / "bench-runs")
     states = {host: host_state(str(directory / "hosts" / host)) for host in hosts}
     if is_collective(shape):
-        per_host = [collective_times(s, scenario, workload, h, run, table)
+        per_host = [collective_times(s, scenario, workload, h, run, table, len(hosts))
                     for h, s in states.items()]
         times = [max(values) for values in zip(*per_host, strict=True)]
         yield from nccl_table(scenario, workload, dict(zip(table, times, strict=True)),
                               len(hosts), sizes)
         return
-    per_host = [step_times(s, scenario, workload, h, run, steps) for h, s in states.items()]
+    per_host = [step_times(s, scenario, workload, h, run, steps, len(hosts))
+                for h, s in states.items()]
     for index, values in enumerate(zip(*per_host, strict=True), start=1):
         yield (f" [2026-11-29 10:00:00] iteration {index:8d}/{steps:8d} | consumed samples:"
                f" {index * 1024:12d} | elapsed time per iteration (ms): {max(values) * 1000:.1f}"

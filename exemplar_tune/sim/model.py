@@ -13,7 +13,10 @@ condition holds:
 * ``topo_missing_in_container`` -- enroot is installed but carries no ``NCCL_TOPO_FILE``;
 * ``fabric_response`` -- the host's NCCL settings (``/etc/nccl.conf`` and the other sources the
   fabric facts resolve) against the scenario's response of the fabric, by message size
-  (:mod:`exemplar_tune.sim.fabric`).
+  (:mod:`exemplar_tune.sim.fabric`). A host that loads NCCL's example tuner plugin
+  (``NCCL_TUNER_PLUGIN`` and ``NCCL_TUNER_CONFIG_FILE`` set, the file present) takes
+  ``NCCL_ALGO``, ``NCCL_PROTO`` and, unless ``-1``, ``NCCL_MAX_NCHANNELS`` of each call from
+  the table's first matching row, as the plugin's README describes it.
 
 Training workloads (``dense``, ``moe``) give seconds per step: the communication share is
 slowed by the topology effect and by the fabric response at the message sizes of the
@@ -36,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import nccl_tuner
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import parse_cpulist
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.sim.fabric import (
@@ -140,11 +145,14 @@ def host_state(sysroot: str) -> dict[str, Any]:
     """The conditions the model reacts to, read from the host's facts.
 
     ``nccl`` maps every NCCL setting the host resolves (environment, then the configuration
-    files) to its value.
+    files) to its value; ``tuner`` holds the rows of the tuner table the host loads (empty when
+    it loads none).
     """
-    facts = gather_facts(Sysroot(sysroot), ["vm", "cpu", "runtime", "fabric"])
+    root = Sysroot(sysroot)
+    facts = gather_facts(root, ["vm", "cpu", "runtime", "fabric"])
     vm, cpu, runtime = facts["vm"], facts["cpu"], facts["runtime"]
     settings = facts["fabric"].get("nccl_settings") or {}
+    nccl = {key: (entry or {}).get("value") for key, entry in settings.items()}
     return {
         "cmdqv_missing": bool(vm.get("arch") == "aarch64" and vm.get("smmu_v3")
                               and (vm.get("cmdqv") or {}).get("state") != "active"),
@@ -152,8 +160,19 @@ def host_state(sysroot: str) -> dict[str, Any]:
         "housekeeping_shared": _housekeeping_shared(cpu),
         "topo_missing_in_container": bool((runtime.get("enroot") or {}).get("installed")
                                           and not runtime["enroot"].get("carries_topo_env")),
-        "nccl": {key: (entry or {}).get("value") for key, entry in settings.items()},
+        "nccl": nccl,
+        "tuner": _tuner_rows(root, nccl),
     }
+
+
+def _tuner_rows(root: Sysroot, nccl: dict[str, Any]) -> list[dict[str, Any]]:
+    path = nccl.get("NCCL_TUNER_CONFIG_FILE")
+    if not nccl.get("NCCL_TUNER_PLUGIN") or not path or not str(path).startswith("/"):
+        return []
+    try:
+        return nccl_tuner.parse(root.read_bytes(str(path)).decode("utf-8", errors="replace"))
+    except NotSupported:
+        return []
 
 
 def _cstates_blocked(cpu: dict[str, Any]) -> bool:
@@ -185,13 +204,32 @@ def settings_of(state: dict[str, Any], scenario: dict[str, Any]) -> dict[str, st
     return effective_values(scenario["fabric_response"], state.get("nccl") or {})
 
 
-def mean_step_time(state: dict[str, Any], scenario: dict[str, Any], workload: str) -> float:
-    """Seconds per iteration of a training workload on a host in ``state``, without noise."""
+def settings_at(state: dict[str, Any], scenario: dict[str, Any], collective: str, size: int,
+                nodes: int) -> dict[str, str]:
+    """The values that count for one ``collective`` call of ``size`` bytes in a job of
+    ``nodes`` hosts: the host's settings, with the tuner table's matching row on top."""
+    nccl = dict(state.get("nccl") or {})
+    ranks = nodes * scenario["gpus_per_host"]
+    row = nccl_tuner.match(state.get("tuner") or [], collective, size, nodes, ranks)
+    if row:
+        nccl.update(NCCL_ALGO=row["algorithm"], NCCL_PROTO=row["protocol"])
+        if row["channels"] != -1:
+            nccl["NCCL_MAX_NCHANNELS"] = str(row["channels"])
+    for key in ("NCCL_ALGO", "NCCL_PROTO"):  # NCCL reads both without regard to case
+        if nccl.get(key) is not None:
+            nccl[key] = str(nccl[key]).lower()
+    return effective_values(scenario["fabric_response"], nccl)
+
+
+def mean_step_time(state: dict[str, Any], scenario: dict[str, Any], workload: str,
+                   nodes: int = 1) -> float:
+    """Seconds per iteration of a training workload on a host in ``state`` in a job of
+    ``nodes`` hosts, without noise."""
     shape = scenario["workloads"][workload]
     effects = scenario["effects"]
     response = scenario["fabric_response"]
     values = settings_of(state, scenario)
-    extra = comm_factor(scenario, workload, values) - 1.0
+    extra = comm_factor(state, scenario, workload, nodes) - 1.0
     if state["topo_missing_in_container"]:
         extra += effects["topo_missing_in_container"]
     per_call_us, compute = extra_cost(response, values)
@@ -204,13 +242,15 @@ def mean_step_time(state: dict[str, Any], scenario: dict[str, Any], workload: st
     return shape["step_time_s"] * factor + calls * per_call_us / 1e6
 
 
-def comm_factor(scenario: dict[str, Any], workload: str, values: dict[str, str]) -> float:
+def comm_factor(state: dict[str, Any], scenario: dict[str, Any], workload: str,
+                nodes: int) -> float:
     """The fabric response over a training step's collective calls, weighted by their time."""
     response = scenario["fabric_response"]
-    weights = [(calls * base_time_us(scenario, op, size), size)
+    weights = [(calls * base_time_us(scenario, op, size), op, size)
                for op, size, calls in comm_calls(scenario["workloads"][workload])]
-    total = sum(w for w, _ in weights)
-    return sum(w * time_factor(response, values, size) for w, size in weights) / total
+    total = sum(w for w, _, _ in weights)
+    return sum(w * time_factor(response, settings_at(state, scenario, op, size, nodes), size)
+               for w, op, size in weights) / total
 
 
 def base_time_us(scenario: dict[str, Any], collective: str, size: int) -> float:
@@ -228,10 +268,12 @@ def base_time_us(scenario: dict[str, Any], collective: str, size: int) -> float:
 
 
 def step_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
-               run: int, steps: int) -> list[float]:
-    """Seconds per iteration of one training run on a host in ``state``."""
+               run: int, steps: int, nodes: int = 1) -> list[float]:
+    """Seconds per iteration of one training run on a host in ``state`` in a job of
+    ``nodes`` hosts."""
     rng = random.Random(seed_of(scenario["seed"], host, workload, run))  # noqa: S311 - noise
-    mean = mean_step_time(state, scenario, workload) * (1.0 + rng.gauss(0.0, scenario["noise_cv"]))
+    mean = mean_step_time(state, scenario, workload, nodes) * (
+        1.0 + rng.gauss(0.0, scenario["noise_cv"]))
     stall = scenario["effects"]["housekeeping_shared"]
     times = []
     for _ in range(steps):
@@ -243,8 +285,9 @@ def step_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, h
 
 
 def collective_times(state: dict[str, Any], scenario: dict[str, Any], workload: str, host: str,
-                     run: int, sizes: list[int]) -> list[float]:
-    """Microseconds of one collective at each of ``sizes`` on a host in ``state``.
+                     run: int, sizes: list[int], nodes: int = 1) -> list[float]:
+    """Microseconds of one collective at each of ``sizes`` on a host in ``state`` in a job of
+    ``nodes`` hosts.
 
     Base curve x fabric response at that size x topology effect, plus the settings' cost per
     call; noise of the run (``noise_cv``) and of each size (half of it).
@@ -261,7 +304,8 @@ def collective_times(state: dict[str, Any], scenario: dict[str, Any], workload: 
     times = []
     for size in sizes:
         base = base_time_us(scenario, shape["collective"], size)
-        value = base * time_factor(response, values, size) * topology + per_call_us
+        at = settings_at(state, scenario, shape["collective"], size, nodes)
+        value = base * time_factor(response, at, size) * topology + per_call_us
         times.append(value * run_noise * (1.0 + rng.gauss(0.0, scenario["noise_cv"] / 2)))
     return times
 

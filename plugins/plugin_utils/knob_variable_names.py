@@ -71,5 +71,8 @@ LAYER_VARIABLES = {
         "fabric_nccl_target",
         "fabric_nccl_conf_path",
         "fabric_nccl_settings",
+        "fabric_nccl_tuner",
+        "fabric_nccl_tuner_target",
+        "fabric_nccl_tuner_path",
     ),
 }

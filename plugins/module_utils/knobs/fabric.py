@@ -8,8 +8,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     NCCL_KEY,
     ONE_LINE_PATTERN,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.nccl_tuner import ROW_SCHEMA
 
-ROLE_SUMMARY = "Set the NCCL settings the fabric is tuned for"
+ROLE_SUMMARY = "Set the NCCL settings and per-size tuner table the fabric is tuned for"
 ROLE_NOTES: tuple[str, ...] = ()
 
 KNOBS: tuple[Knob, ...] = (
@@ -27,4 +28,18 @@ KNOBS: tuple[Knob, ...] = (
              "NCCL's own line rules, keeping every other line and comment byte for byte. The "
              "values should come from a sweep on this fabric (for example "
              "C(NCCL_IB_QPS_PER_CONNECTION)), never be copied blindly."),
+    Knob("fabric", "nccl_tuner", "per-message-size NCCL tuner table found by sweep --per-size",
+         "plan_nccl_tuner",
+         {"nccl_tuner": {"type": "array",
+                         "items": ROW_SCHEMA,
+                         "description": "rows of NCCL's example tuner plugin configuration "
+                                        "(collective, byte range, algorithm, protocol, "
+                                        "channels, nodes, ranks; found by sweep --per-size)"}},
+         (Setting("fabric_nccl_tuner_path", "/etc/nccl_tuner.conf",
+                  "The tuner table the example tuner plugin reads (NCCL_TUNER_CONFIG_FILE)."),),
+         doc="C(nccl_tuner) writes the profile's C(fabric.nccl_tuner) rows as the whole "
+             "configuration file of NCCL's example tuner plugin (C(/etc/nccl_tuner.conf)); the "
+             "profile's C(fabric.nccl) names the plugin and the file "
+             "(C(NCCL_TUNER_PLUGIN), C(NCCL_TUNER_CONFIG_FILE)). The rows should come from "
+             "C(exemplar-tune sweep --per-size) on this fabric."),
 )

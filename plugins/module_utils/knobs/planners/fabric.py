@@ -1,13 +1,14 @@
-"""How the fabric layer's knob plans the NCCL settings in ``/etc/nccl.conf`` (declared in
-``knobs/fabric.py``)."""
+"""How the fabric layer's knobs plan the NCCL settings in ``/etc/nccl.conf`` and the tuner
+table (declared in ``knobs/fabric.py``)."""
 
 from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     KnobInputError,
     Target,
+    nccl_tuner,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import Change, FileChange
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     NCCL_KEY,
@@ -33,3 +34,15 @@ def plan_nccl_conf(root: Sysroot, target: Target) -> list[Change]:
         return []
     path = clean_path(target.settings["fabric_nccl_conf_path"], "fabric_nccl_conf_path")
     return plan_env_file(root, path, nccl_settings(wanted, "fabric.nccl"), "nccl")
+
+
+def plan_nccl_tuner(root: Sysroot, target: Target) -> list[Change]:
+    """The ``fabric.nccl_tuner`` rows as the whole tuner table file (mode and owner kept)."""
+    wanted = target.want.get("nccl_tuner")
+    if not wanted:
+        return []
+    rows = nccl_tuner.check_rows(wanted, "fabric.nccl_tuner")
+    path = clean_path(target.settings["fabric_nccl_tuner_path"], "fabric_nccl_tuner_path")
+    text = nccl_tuner.render(rows, "NCCL tuner table written by exemplar-tune (fabric.nccl_tuner);"
+                             " the first matching row applies")
+    return [FileChange(path, text.encode(), root.file_mode(path) or 0o644)]
