@@ -436,7 +436,7 @@ def _xid_rows(judged: list[xid_policy.Judged]) -> list[dict[str, Any]]:
             "gpu": i["gpu"], "xid": i["xid"], "name": i["name"], "incidents": 0, "lines": 0,
             "first_seen": i["first_seen"], "last_seen": i["last_seen"], "action": i["action"],
             "action_source": i["action_source"], "status": item.status, "repeated": False,
-            "uuid": i["uuid"]})
+            "uuid": i["uuid"], "driver_said": i.get("driver_said")})
         row["incidents"] += 1
         row["lines"] += i["lines"]
         row["last_seen"] = i["last_seen"]
@@ -453,9 +453,12 @@ def _xid_line(row: dict[str, Any]) -> str:
     when = "no timestamp" if first is None else (
         f"[{first}]" if first == last else f"[{first}] .. [{last}]")
     repeated = ", repeated" if row["repeated"] else ""
+    source = row["action_source"]
+    if source == "driver" and row.get("driver_said"):
+        source = f"the driver's Xid 154: recovery action {row['driver_said']}"
     return (f"{row['gpu']} {number} ({row['name'] or 'not in the Xid catalog'}): "
             f"{_plural(count, 'incident')}, {_plural(row['lines'], 'line')}, {when}"
-            f" -> {row['action']} ({row['action_source']}{repeated})")
+            f" -> {row['action']} ({source}{repeated})")
 
 
 def _plural(count: int, noun: str) -> str:

@@ -25,6 +25,8 @@ KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug 
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
     "fabric.nccl-errors": "NCCL logs no failures (WARN lines, error returns, raised errors)",
+    "fabric.nccl-interfaces": "NCCL's bootstrap and socket interfaces are physical NICs, not "
+                              "container bridges, veth pairs, overlays or tunnels",
     "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",
     "workload.nccl-message-sizes": "The message sizes the workload's NCCL calls carry "
                                    "(NCCL_DEBUG_SUBSYS=COLL), to benchmark nccl-tests at",

@@ -11,7 +11,10 @@ found but rejected. ``Loading topology file X`` needs ``NCCL_DEBUG_SUBSYS`` with
 two hosts' GPU 0 are two GPUs). Failures (``NCCL WARN`` lines, error returns, NCCL errors a
 framework raised) become one finding per kind (``nccl_warn``). The summary counts the NCCL
 ranks (host, process and device of the line prefixes) and hosts seen, and the transports
-named (``Using network IB``, ``via NET/Socket/0``, ``via P2P/IPC``).
+named (``Using network IB``, ``via NET/Socket/0``, ``via P2P/IPC``). ``Bootstrap : Using
+[0]eth0:10.0.0.1<0>`` and ``NET/Socket : Using [0]...`` name the interfaces NCCL chose for its
+bootstrap and its socket transport: a virtual one (a container bridge, a veth pair, an overlay
+or a tunnel: :data:`VIRTUAL`) among them is a warning, since NCCL may carry traffic over it.
 With ``NCCL_DEBUG_SUBSYS=COLL`` the log also carries one line per call (``nccl_coll``): then
 one INFO finding per collective names the message sizes that carry 90 % of its bytes."""
 
@@ -25,6 +28,7 @@ from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
     PASS,
+    WARN,
     Analyzer,
     DiagnoseError,
     Finding,
@@ -53,6 +57,13 @@ _NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN)\b|^NCCL version \d")
 _TRANSPORT = re.compile(r"\bvia (NET/[\w-]+|P2P/[\w-]+|P2P\b|SHM|CollNet\w*)|"
                         r"\bUsing network ([\w ]+?)\s*$")
 _BROKEN = ("cannot_open", "wrong_version", "parse_error")
+CHECK_INTERFACES = "fabric.nccl-interfaces"
+_USING = re.compile(r"\b(Bootstrap|NET/Socket)\s*: Using (.*)$")
+_INTERFACE = re.compile(r"\[\d+\]([^:\s\[\]]+):")
+# names Linux, Docker, Kubernetes CNIs and libvirt give virtual interfaces
+VIRTUAL = re.compile(r"^(?:lo|docker\d*|veth\w*|br-\w+|virbr\d+|cni\d*|flannel[.\w]*|cali\w+|"
+                     r"tunl\d+|ip6tnl\d+|ip_vti\d+|sit\d+|gre\d+|vxlan[.\w-]*|genev_sys_\w+|"
+                     r"tun\d+|tap\w+|kube-\w+|weave|cilium_\w+|podman\d+|nerdctl\d+|lxcbr\d+)$")
 
 
 def sniff(text: str) -> bool:
@@ -66,7 +77,8 @@ def parse_log(text: str) -> dict[str, Any]:
     """Topology events ``[(event, line, groups)]``, affinity per host/GPU, version, counts,
     the ranks and hosts of the line prefixes, and the transports named."""
     out: dict[str, Any] = {"events": [], "affinity": {}, "version": None, "lines": 0, "warn": 0,
-                           "ranks": set(), "hosts": set(), "transports": set()}
+                           "ranks": set(), "hosts": set(), "transports": set(),
+                           "interfaces": {}}
     sources = getattr(text, "sources", ())
     for n, line in numbered(text):
         if (m := _VERSION.search(line)) and not out["version"]:
@@ -80,6 +92,10 @@ def parse_log(text: str) -> dict[str, Any]:
         out["ranks"].update([rank] if rank else [])
         if m := _TRANSPORT.search(line):
             out["transports"].add(m.group(1) or f"NET/{m.group(2)}")
+        if m := _USING.search(line):
+            seen = out["interfaces"].setdefault(m.group(1), {})
+            for name in _INTERFACE.findall(m.group(2)):
+                seen.setdefault(name, []).append(n)
         if m := _AFFINITY.search(line):
             out["affinity"][f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
         for event, rx in _EVENTS:
@@ -106,6 +122,29 @@ def judge_topology(source: str, events: list[tuple[str, int, tuple]]) -> Finding
                        [cite(source, [n for _, n, _ in events])], topo_files=paths)
     return finding(CHECK_TOPO, INFO, "no NCCL_TOPO_FILE lines: NCCL auto-detected the topology "
                    "(or the log lacks ENV/GRAPH subsystems)")
+
+
+def judge_interfaces(source: str, interfaces: dict[str, dict[str, list[int]]]
+                     ) -> Finding | None:
+    """A warning when NCCL's bootstrap or socket interfaces include a virtual one."""
+    if not interfaces:
+        return None
+    used = {purpose: sorted(names) for purpose, names in interfaces.items()}
+    virtual = {purpose: [n for n in names if VIRTUAL.match(n)] for purpose, names in used.items()}
+    lines = [n for names in interfaces.values() for found in names.values() for n in found]
+    shown = "; ".join(f"{purpose}: {', '.join(names)}" for purpose, names in used.items())
+    if not any(virtual.values()):
+        return finding(CHECK_INTERFACES, PASS, f"NCCL uses physical interfaces ({shown})",
+                       [cite(source, lines)], interfaces=used)
+    bad = sorted({n for names in virtual.values() for n in names})
+    physical = sorted({n for names in used.values() for n in names if not VIRTUAL.match(n)})
+    fix = (f"set NCCL_SOCKET_IFNAME={','.join(physical)}" if physical else
+           "set NCCL_SOCKET_IFNAME to the host's physical interface (none is listed here)")
+    where = [n for purpose in interfaces for name, found in interfaces[purpose].items()
+             if name in bad for n in found]
+    return finding(CHECK_INTERFACES, WARN, f"NCCL may carry traffic over virtual interface"
+                   f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} ({shown}): {fix}",
+                   [cite(source, where)], interfaces=used, virtual=bad)
 
 
 def judge_affinity(source: str, affinity: dict[str, dict[str, Any]]) -> Finding:
@@ -160,6 +199,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         raise DiagnoseError(f"{source}: no NCCL log lines")
     findings = nccl_warn.judge_problems(source, problems)
     findings += [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
+    findings += [f for f in (judge_interfaces(source, log["interfaces"]),) if f]
     findings += judge_sizes(source, coll)
     summary = {"nccl_version": log["version"] or coll.version, "nccl_lines": log["lines"],
                "warnings": log["warn"], "problems": [p.to_dict() for p in problems],
@@ -168,6 +208,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
                "topology_events": [{"event": e, "line": n, "value": g[0]}
                                    for e, n, g in log["events"]],
                "affinity": {k: v["cpus"] for k, v in log["affinity"].items()},
+               "interfaces": {k: sorted(v) for k, v in log["interfaces"].items()},
                "coll": coll_summary(coll)}
     return Report(source, KIND, summary, findings)
 

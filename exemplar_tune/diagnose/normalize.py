@@ -4,7 +4,8 @@ Logs reach ``diagnose`` and ``tune``'s benchmark parsers through launchers and l
 that decorate every line: ``srun --label`` (``12: ``), OpenMPI / ``mpirun --tag-output``
 (``[1,12]<stdout>:``), torchrun (``[default3]:``, ``[rank3]:``), pdsh/clush (``host: ``),
 Ray and SkyPilot (``(worker pid=.., ip=..)``), Kubernetes/CRI, journald and ISO timestamps,
-``dmesg`` times, e-mail and Markdown quotes (``> ``), often several stacked. Terminals add
+``dmesg`` times, pm2 (``0|app  | ``), e-mail and Markdown quotes (``> ``), often several
+stacked. Terminals add
 ANSI colour and cursor codes, carriage returns (tqdm redraws a line with ``\\r``) and CRLF.
 Output pasted into a Markdown list or a documentation tab is indented as a whole: the
 indentation every written line shares is removed too.
@@ -27,6 +28,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # (kind, pattern, rank group, host group); tried at the line start until none matches
 _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("quote", re.compile(r"^(?:> ?)+"), None, None),
+    ("pm2", re.compile(r"^\d+\|[\w.-]+\s*\| "), None, None),
     ("timestamp", re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
                              r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: (?:stdout|stderr) [FP])?"
                              r"(?:: |[ \t])?"),

@@ -76,6 +76,7 @@ _HF_HEADER = re.compile(r"\*{5} Running training \*{5}")
 _BAR = re.compile(r"(?P<n>\d+)(?:/(?P<total>\d+|\?)|it)\s*\[(?P<elapsed>(?:\d+:)?\d+:\d\d)"
                   r"(?P<rest>[^\]]*)")
 _RATE = re.compile(_NUM + r"\s*(s/it|it/s)")
+_OTHER_RATE = re.compile(r"[\d.?]\s*(?!s/it|it/s)[A-Za-z]+/s\b")  # examples/s, ba/s: not steps
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _PLAIN = re.compile(r"^\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*$")
 _MARKERS = (  # (a literal that must be there, the family's mark): the literal is the fast gate
@@ -87,6 +88,7 @@ _MARKERS = (  # (a literal that must be there, the family's mark): the literal i
     ("] step=", re.compile(r"\[Rank \d+\] step=\d+, skip")),
     ("SamplesPerSec=", re.compile("SamplesPerSec=")),
     ("{'", re.compile(r"\{'(?:loss|train_runtime)': ")),
+    ("Running training", _HF_HEADER),
 )
 _BAR_ELAPSED = re.compile(r"\[(?:\d+:)?\d+:\d\d[<,]")  # the fast gate for progress bars
 _TRAINING_BAR = re.compile(r"\bloss\b|\bEpoch\b|\btrain", re.IGNORECASE)
@@ -407,12 +409,15 @@ def _runtime_samples(timed: list[tuple[Line, dict]], counts: list[tuple[int, int
 
 def _bar_states(lines: list[Line]) -> list[tuple[Record, str | None]]:
     """Every progress-bar state: a record (elapsed seconds as its stamp, the text after the
-    elapsed time as its tag) and the bar's total."""
+    elapsed time as its tag) and the bar's total. Bars counting anything else than iterations
+    (``examples/s``: dataset preparation) are not training steps and are left out."""
     out = []
     for line in lines:
         parts = line.raw.split("\r") if "\r" in line.raw else [line.text]
         for part in parts:
             for m in _BAR.finditer(_ANSI.sub("", part)):
+                if _OTHER_RATE.search(m.group("rest")):  # a data-preparation bar (Map: ...)
+                    continue
                 e = [int(x) for x in m.group("elapsed").split(":")]
                 elapsed = float(e[-1] + 60 * e[-2] + (3600 * e[-3] if len(e) > 2 else 0))
                 out.append((Record(line.n, line.source, int(m.group("n")), None, elapsed,

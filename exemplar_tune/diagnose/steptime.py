@@ -340,12 +340,13 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
 def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:
     """One or two samples: shown as they are; nothing about a distribution is judged."""
     unit = "ms" if not series.rate else series.unit
-    shown = [f"{s.value:g} {unit}" + (f" (iteration {s.iteration})" if s.iteration is not None
-                                       else f" (line {s.line})") for s in series.samples]
+    shown = [f"{s.value:g} {unit}" + _per_iteration(s.value, series.unit)
+             + (f" (iteration {s.iteration})" if s.iteration is not None else f" (line {s.line})")
+             for s in series.samples]
     n = len(series.samples)
     ev = [cite(source, [s.line for s in series.samples], series.unit)]
-    why = (f"{_plural(n, 'timed step')} in the log: no distribution can be judged (at least "
-           f"{MIN_SAMPLES} needed)")
+    why = (f"{_plural(n, 'rate value' if series.rate else 'timed step')} in the log: no "
+           f"distribution can be judged (at least {MIN_SAMPLES} needed)")
     steps = [{"iteration": s.iteration, "line": s.line, "value": s.value, "span": s.span}
              for s in series.samples]
     summary = {**head, "judged": False, "steps": steps,
@@ -392,6 +393,13 @@ def _time_report(series: Series, source: str, head: dict[str, Any],
         stalls = replace(stalls, message=f"{stalls.message}; {_plural(len(out), 'sample')} "
                          f"left out, not stalls: {left}")
     return Report(source, KIND, summary, [stalls, judge_shape(source, st, judged, shift)])
+
+
+def _per_iteration(value: float, unit: str) -> str:
+    """`` = 218 ms per iteration`` for a tqdm rate; empty for anything else."""
+    if unit == "it/s" and value > 0:
+        return f" = {1000.0 / value:.4g} ms per iteration"
+    return f" = {1000.0 * value:.4g} ms per iteration" if unit == "s/it" else ""
 
 
 def _rate_report(series: Series, source: str, head: dict[str, Any]) -> Report:

@@ -41,7 +41,12 @@ CHECK = "cpu.deep-cstates-disabled"
 BUSY_PCT = 50.0  # a per-CPU row above this Busy% is a busy core
 C6_IDLE_MIN_PCT = 1.0  # idle cores below this residency in C6 or deeper never reach it
 DEEP_STATE = 6  # CPU%c6 and deeper hardware states count as deep
-ALIASES = {"%Busy": "Busy%"}  # older turbostat header names -> current ones
+# older turbostat header names -> current ones (Linux 4.0 and before; the 3.x names)
+ALIASES = {"%Busy": "Busy%", "%c0": "Busy%", "pk": "Package", "cor": "Core", "core": "Core",
+           "cr": "Core", "GHz": "Bzy_MHz", "TSC": "TSC_MHz", "CTMP": "CoreTmp",
+           "PTMP": "PkgTmp", **{f"%c{n}": f"CPU%c{n}" for n in (1, 3, 6, 7)},
+           **{f"%pc{n}": f"Pkg%pc{n}" for n in (2, 3, 6, 7)}}
+SCALE = {"GHz": 1000.0, "TSC": 1000.0}  # 3.x columns in GHz, read as MHz
 TOPOLOGY = ("Package", "Die", "Node", "L3", "Core", "CPU")
 _DMA = re.compile(r"^/dev/cpu_dma_latency:\s*(\d+)\s*usec\s*\((\w+)\)")
 _TSC = re.compile(r"^TSC:\s*(\d+)\s*MHz")
@@ -83,6 +88,25 @@ def sniff(text: str) -> bool:
     return "turbostat version" in text or any(is_header(line) for line in text.splitlines())
 
 
+def _scales(tokens: list[str]) -> dict[str, float]:
+    """Per current column name, the factor its values are read with (GHz columns: 1000)."""
+    return {ALIASES[t]: SCALE[t] for t in tokens if t in SCALE}
+
+
+def _blank_topology(line: str, header_line: str, header: list[str]) -> int:
+    """How many leading topology columns a space-aligned row leaves blank: the 3.x system
+    summary row starts right of the header's last leading topology name."""
+    leading = 0
+    while leading < len(header) and header[leading] in TOPOLOGY:
+        leading += 1
+    if not leading or "\t" in line:
+        return 0
+    last = header_line.split()[leading - 1]
+    end = header_line.index(last) + len(last)
+    indent = len(line) - len(line.lstrip())
+    return leading if indent >= end else 0
+
+
 def _tokens(line: str) -> list[str]:
     line = line.strip()
     return [t.strip() for t in (line.split("\t") if "\t" in line else line.split())]
@@ -101,20 +125,27 @@ def parse_rows(text: str) -> list[Row]:
     """Every table row under every header line, as column -> value (``None`` for ``-``)."""
     rows: list[Row] = []
     header: list[str] | None = None
+    header_line, scale = "", {}
     interval, position = -1, 0
     for n, line in numbered(text):
         tokens = _tokens(line)
         if is_header(line):
             header, interval, position = _names(tokens), interval + 1, 0
+            header_line, scale = line, _scales(tokens)
             continue
         if header is None or not tokens or not all(t == "-" or to_float(t) is not None
                                                    for t in tokens if t):
             header = None if header is not None and line.strip() else header
             continue
+        blank = _blank_topology(line, header_line, header)
+        if blank and len(tokens) == len(header) - blank:
+            tokens = ["-"] * blank + tokens
         topology = [header.index(c) for c in TOPOLOGY if c in header]
         if topology and len(tokens) <= max(topology):
             continue
         values = {name: to_float(tok) for name, tok in zip(header, tokens, strict=False) if tok}
+        values = {k: v * scale[k] if v is not None and k in scale else v
+                  for k, v in values.items()}
         if "Busy%" in header and "Busy%" not in values:  # a row cut short before Busy%
             continue
         cpu = _label(header, tokens, position)
@@ -254,9 +285,11 @@ def _notes(rows: list[Row], text: str) -> list[str]:
     if any(r.cpu.startswith("#") for r in rows):
         notes.append("rows carry no CPU column (--show sysfs): the first row of each interval "
                      "is read as the system summary")
-    if any(a in line.split() for a in ALIASES for line in text.splitlines() if is_header(line)):
+    seen = dict.fromkeys(t for line in text.splitlines() if is_header(line)
+                         for t in line.split() if t in ALIASES)
+    if seen:
         notes.append("old header names read as current ones: " + ", ".join(
-            f"{a} as {b}" for a, b in ALIASES.items()))
+            f"{a} as {ALIASES[a]}" + (" (GHz x 1000)" if a in SCALE else "") for a in seen))
     return notes
 
 

@@ -163,6 +163,13 @@ def bucket_action(bucket: str | None) -> str:
     return BUCKET_ACTION.get(bucket or "", INVESTIGATE)
 
 
+def recovery_stated(text: str) -> str | None:
+    """What an Xid 154 message says the action is, as the driver words it (``0x2 (Node Reboot
+    Required)``); ``None`` when ``text`` states none."""
+    match = _RECOVERY.search(text)
+    return f"0x{match.group('code')} ({match.group('name')})" if match else None
+
+
 def driver_action(text: str) -> str | None:
     """The action an Xid 154 message states (``None`` when ``text`` states none).
 

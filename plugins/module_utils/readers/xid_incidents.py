@@ -10,7 +10,8 @@ Events without a timestamp join the open incident of their GPU and Xid.
 
 An Xid 154 (the driver's "recovery action changed ... to ...") is not an incident of its own
 when an incident of the same GPU had a line less than ``window_s`` before it: it sets that
-incident's ``driver_action``, which wins over the catalog's bucket. A lone Xid 154 is an
+incident's ``driver_action``, which wins over the catalog's bucket, and its ``driver_said``
+(the action as the driver words it, so that reports name the Xid 154). A lone Xid 154 is an
 incident whose action is the stated one.
 """
 
@@ -25,7 +26,7 @@ BUS_LOSS = 79
 # Fields an event may lack (facts written by an older reader): their value then.
 _EVENT_DEFAULTS = {"xid": None, "pid": None, "process": None, "text": "", "time": None,
                    "t": None, "boot": 0, "lines": 1, "driver_action": None, "uuid": None,
-                   "serial": None}
+                   "serial": None, "driver_said": None}
 
 
 def _key(event: dict[str, Any]) -> tuple[int, str, int | None]:
@@ -41,7 +42,8 @@ def _new(event: dict[str, Any]) -> dict[str, Any]:
     return {"gpu": event["bdf"], "xid": None, "kind": "fallen_off_bus", "lines": 0,
             "first_seen": event["time"], "last_seen": event["time"], "first_t": event["t"],
             "last_t": event["t"], "boot": event["boot"], "pids": [], "processes": [],
-            "uuid": None, "serial": None, "driver_action": None, "text": event["text"]}
+            "uuid": None, "serial": None, "driver_action": None, "driver_said": None,
+            "text": event["text"]}
 
 
 def _add(incident: dict[str, Any], event: dict[str, Any]) -> None:
@@ -55,6 +57,8 @@ def _add(incident: dict[str, Any], event: dict[str, Any]) -> None:
             incident[field].append(value)
     for field in ("uuid", "serial", "driver_action"):
         incident[field] = event[field] or incident[field]
+    if event["xid"] == 154:
+        incident["driver_said"] = xid_catalog.recovery_stated(event["text"])
 
 
 def _resolve(incident: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +85,8 @@ def group_incidents(events: list[dict[str, Any]],
     Each: ``{"gpu", "xid" (None: bus loss without an Xid line), "kind", "name", "lines",
     "first_seen", "last_seen" (stamps as logged), "first_t", "last_t" (seconds), "boot",
     "pids", "processes", "uuid", "serial", "text" (the first Xid line's details),
-    "catalog_action" (bucket), "driver_action" (Xid 154), "action", "action_source"}``.
+    "catalog_action" (bucket), "driver_action" (Xid 154), "driver_said" (its words), "action",
+    "action_source"}``.
     """
     incidents: list[dict[str, Any]] = []
     open_: dict[tuple[int, str, int | None], dict[str, Any]] = {}
@@ -90,6 +95,7 @@ def group_incidents(events: list[dict[str, Any]],
             targets = _driver_targets(incidents, event, window_s)
             for incident in targets:
                 incident["driver_action"] = event["driver_action"]
+                incident["driver_said"] = xid_catalog.recovery_stated(event["text"])
             if targets:
                 continue
         key = _key(event)
