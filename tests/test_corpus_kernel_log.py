@@ -36,6 +36,9 @@ VERDICTS = {
     "tinygrad-tinygrad-6947-xid31-twice-same-gpu.log": WARN,
     "nvidia-open-gpu-kernel-modules-1230-boot-marker-gsp-heartbeat-timeout.log": PASS,
     "nvidia-open-gpu-kernel-modules-1080-journalctl-gsp-rpc-failures-no-xid.log": PASS,
+    # the driver's Xid 154 asks for a node reboot
+    "kargarisaac-small-lm-training-rfc3339-xid79-xid154-node-reboot.log": FAIL,
+    "kargarisaac-small-lm-training-journalctl-xid79-xid154-node-reboot.log": FAIL,
 }
 
 

@@ -73,4 +73,4 @@ def test_reading_via_diagnose(family, path, entry):
 
 def test_every_entry_has_a_check():
     assert len(cases(TEXT)) == 10
-    assert len(cases(XML)) == 8
+    assert len(cases(XML)) == 11

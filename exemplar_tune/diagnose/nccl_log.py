@@ -59,7 +59,7 @@ _TRANSPORT = re.compile(r"\bvia (NET/[\w-]+|P2P/[\w-]+|P2P\b|SHM|CollNet\w*)|"
 _BROKEN = ("cannot_open", "wrong_version", "parse_error")
 CHECK_INTERFACES = "fabric.nccl-interfaces"
 _USING = re.compile(r"\b(Bootstrap|NET/Socket)\s*: Using (.*)$")
-_INTERFACE = re.compile(r"\[\d+\]([^:\s\[\]]+):")
+_INTERFACE = re.compile(r"(?:^|\s)(?:\[\d+\])?([A-Za-z][\w.-]*):")  # [0]eth0:10.0.0.1<0>
 # names Linux, Docker, Kubernetes CNIs and libvirt give virtual interfaces
 VIRTUAL = re.compile(r"^(?:lo|docker\d*|veth\w*|br-\w+|virbr\d+|cni\d*|flannel[.\w]*|cali\w+|"
                      r"tunl\d+|ip6tnl\d+|ip_vti\d+|sit\d+|gre\d+|vxlan[.\w-]*|genev_sys_\w+|"
@@ -93,9 +93,9 @@ def parse_log(text: str) -> dict[str, Any]:
         if m := _TRANSPORT.search(line):
             out["transports"].add(m.group(1) or f"NET/{m.group(2)}")
         if m := _USING.search(line):
-            seen = out["interfaces"].setdefault(m.group(1), {})
-            for name in _INTERFACE.findall(m.group(2)):
-                seen.setdefault(name, []).append(n)
+            names = _INTERFACE.findall(m.group(2))
+            for name in names:
+                out["interfaces"].setdefault(m.group(1), {}).setdefault(name, []).append(n)
         if m := _AFFINITY.search(line):
             out["affinity"][f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
         for event, rx in _EVENTS:

@@ -83,13 +83,13 @@ def normalize(text: str) -> CleanText:
         return text
     raw = text.split("\n")
     noise: Counter[str] = Counter()
-    lines = _dedent([_terminal(line, noise) for line in raw], noise)
+    lines = [_terminal(line, noise) for line in raw]
     trial = [_strip(line, set()) for line in lines]
     counts = Counter(kind for _, kinds, _ in trial for kind in kinds)
     written = sum(1 for line in lines if line.strip())
     skip = {kind for kind in MOSTLY if counts[kind] * 2 < written}
     done = trial if not skip else [_strip(line, skip) for line in lines]
-    clean = CleanText("\n".join(text for text, _, _ in done))
+    clean = CleanText("\n".join(_dedent([text for text, _, _ in done], noise)))
     clean.raw = text
     clean.sources = tuple(source for _, _, source in done)
     clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
@@ -149,7 +149,7 @@ def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:
             match = None if kind in skip else pattern.match(line)
             if match and match.end():
                 if rank_group == "local":
-                    local = local or match.group("local")
+                    local = match.group("local")  # the innermost: nearest the process
                 elif rank_group:
                     rank = rank or match.group(rank_group)
                 host = host or (match.group(host_group) if host_group else None)
