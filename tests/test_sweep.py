@@ -184,17 +184,6 @@ def test_fewer_qps_win_at_the_workload_sizes(tmp_path):
 
 
 @pytest.mark.system
-def test_a_gb300_rack_of_72_ranks_is_swept_at_the_workload_sizes(tmp_path):
-    """18 hosts of 4 GPUs: one NVL72 domain's 72 ranks (64 MiB is the row 67108608 B)."""
-    directory = cluster(tmp_path, "gb300-exemplar-gap", hosts=18)
-    out = sweep(directory, "--knob", f"{QPS}=4", "--sizes-from", str(directory / "coll.log"),
-                "--forks", "18", "--format", "json")
-    assert out.returncode == 0, out.stdout + out.stderr
-    doc = json.loads(out.stdout)
-    assert doc["chosen"] == f"{QPS}=4" and doc["incumbent"] == f"{QPS}=1"
-
-
-@pytest.mark.system
 def test_no_winner_leaves_every_byte_as_it_was(tmp_path):
     """h100-qps-incumbent: 4 is already best; the hosts end byte-exact (owners, modes)."""
     directory = cluster(tmp_path, "h100-qps-incumbent")
@@ -380,3 +369,37 @@ def test_a_per_size_sweep_that_cannot_make_a_table_is_one_line_and_changes_nothi
     for conf in (directory / "hosts").glob("*/etc/nccl.conf"):
         conf.write_text(conf.read_text().replace("NCCL_PROTO=Simple\n", ""))
     assert conf_states(directory) == before
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("hosts", [3, 6, 9, 18])
+@pytest.mark.parametrize(("scenario", "gpus"), [("gb300-exemplar-gap", 4),
+                                                ("h100-fewer-qps", 8)])
+def test_sweep_and_compare_at_any_rank_count(tmp_path, scenario, gpus, hosts):
+    """3, 6, 9 and 18 hosts of 4 and 8 GPUs (12 to 144 ranks, powers of two or not): the
+    sweep measures at the training job's sizes from the first run on, and diagnose --compare
+    pairs every row of this cluster's table with a 2-host cluster's (a power of two)."""
+    directory = cluster(tmp_path, scenario, hosts=hosts)
+    out = sweep(directory, "--knob", f"{QPS}=2", "--sizes-from", str(directory / "coll.log"),
+                "--min-rounds", "2", "--max-rounds", "2", "--forks", str(hosts),
+                "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["steps"][0]["rounds"] == 2 and doc["steps"][0]["arms"], doc
+    reference = tmp_path / "two"
+    create_cluster(reference, scenario, hosts=2)
+    tables = {}
+    for name, where in (("this", directory), ("two", reference)):
+        bench = cli("sim", "bench", str(where), "--workload", "nccl-allgather")
+        assert bench.returncode == 0, bench.stderr
+        tables[name] = tmp_path / f"{name}.txt"
+        tables[name].write_text(bench.stdout)
+    compared = cli("diagnose", str(tables["this"]), str(tables["two"]), "--compare",
+                   "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    (coll,) = json.loads(compared.stdout)["comparison"]["collectives"]
+    ranks = hosts * gpus
+    rows = [int(line.split()[0]) for line in tables["this"].read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert len(coll["sizes"]) == len(rows) == 15  # 1 MiB .. 16 GiB: every row paired
+    assert (rows[7] != 128 << 20) == bool(ranks & (ranks - 1))  # rounded unless a power of 2

@@ -78,8 +78,8 @@ SWEEP_EPILOG = """examples:
   exemplar-tune sweep ... --knob NCCL_IB_QPS_PER_CONNECTION=2,4 --knob NCCL_IB_SPLIT_DATA_ON_QPS=0,1
   exemplar-tune sweep ... --dry-run                       arms, rounds and the budget
   exemplar-tune sweep ... --write-profile fabric-cx8.yaml a profile fragment for this fabric
-  exemplar-tune sweep ... --per-size --knob NCCL_ALGO=ring,tree --knob NCCL_PROTO=ll128,simple \
-      --write-tuner nccl_tuner.conf     a tuner table: one choice per message size
+  exemplar-tune sweep ... --per-size --knob NCCL_ALGO=ring,tree --knob NCCL_PROTO=ll128,simple
+      --write-tuner nccl_tuner.conf                      a tuner table: one choice per size
 
 The hosts' current value is the incumbent; every candidate is applied through the fabric
 layer's knob (journaled), measured with the nccl-tests shapes in rounds (a rotating order,
@@ -384,20 +384,11 @@ def _print_per_size(args: argparse.Namespace, doc: dict[str, Any]) -> None:
                f"{est['ci_high']:+.2%}]" if size["chosen"] else "NCCL's own choice stays")
         print(f"  {size['collective']} {nccl_tests.human(size['size']):>8}: {won} "
               f"({size['rounds']} rounds)")
-    if doc["validation"]:
-        v = doc["validation"]
-        print(f"  validation on training ({v['experiment']}): {v['action'].upper()}: "
-              f"{v['reason']}")
-        print_gap(v["gap"])
+    _print_validation(doc["validation"])
     if rows:
         print("  deploy: " + " ".join(f"{k}={v}" for k, v in doc["deploy"].items())
               + f" with the table at {DEFAULT_TABLE} (README \"Per-size tuner table\")")
-    if args.write_tuner:
-        print(f"wrote {args.write_tuner}")
-    if args.write_profile and rows:
-        print(f"wrote {args.write_profile}")
-    if not getattr(args, "ledger_removed_after", False):
-        print(details_hint(doc["experiment"], args.ledger))
+    _print_tail(args, doc, [args.write_tuner] + ([args.write_profile] if rows else []))
 
 
 def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -412,13 +403,23 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
             gone = f"  ({arm['eliminated']})" if arm["eliminated"] else ""
             print(f"    {arm['arm']:<40} {arm['rel_change']:+7.2%} [{arm['ci_low']:+.2%}, "
                   f"{arm['ci_high']:+.2%}] {arm['runs']} runs{gone}")
-    if doc["validation"]:
-        v = doc["validation"]
-        print(f"  validation on training ({v['experiment']}): {v['action'].upper()}: "
-              f"{v['reason']}")
-        print_gap(v["gap"])
-    if args.write_profile:
-        print(f"wrote {args.write_profile}")
+    _print_validation(doc["validation"])
+    _print_tail(args, doc, [args.write_profile])
+
+
+def _print_validation(validation: dict[str, Any] | None) -> None:
+    if validation:
+        print(f"  validation on training ({validation['experiment']}): "
+              f"{validation['action'].upper()}: {validation['reason']}")
+        print_gap(validation["gap"])
+
+
+def _print_tail(args: argparse.Namespace, doc: dict[str, Any], written: list[Path | None]
+                ) -> None:
+    """The files written and where the details are."""
+    for path in written:
+        if path:
+            print(f"wrote {path}")
     if not getattr(args, "ledger_removed_after", False):
         print(details_hint(doc["experiment"], args.ledger))
 
