@@ -7,6 +7,7 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -617,3 +618,19 @@ def test_compare_matches_sizes_across_rank_counts(tmp_path):
     assert [s["size"] for s in compared["sizes"]] == rows["b.txt"]  # every row has its pair
     assert rows["a.txt"][7] == 128 << 20 and rows["b.txt"][7] == 134217504
     assert compared["geomean_ratio"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_compare_pairs_every_row_of_real_runs_at_20_and_40_ranks():
+    """Real nccl-tests runs on 10 hosts with 2 and 4 GPUs each (xxrjun/nccl-tests-cluster, in
+    the corpus): at 20 ranks 32 MiB of AllGather is the row 33554240 B, at 40 ranks 33553920
+    B; every one of the 10 rows of every collective finds its pair."""
+    corpus = Path(__file__).parent / "fixtures/realworld/nccl-tests"
+    runs = [corpus / f"xxrjun-nccl-tests-cluster-h100-10nodes-{n}ranks-five-collectives.log"
+            for n in (20, 40)]
+    out = cli("diagnose", *map(str, runs), "--compare", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    compared = {c["collective"]: c for c in json.loads(out.stdout)["comparison"]["collectives"]}
+    assert set(compared) == {"all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                             "sendrecv"}
+    assert all(len(c["sizes"]) == 10 for c in compared.values())
+    assert compared["all_gather"]["geomean_ratio"] == pytest.approx(1.80, abs=0.01)  # 4 vs 2 GPUs

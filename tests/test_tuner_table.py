@@ -151,6 +151,8 @@ def test_neighbours_with_one_winner_share_a_row_and_nccl_keeps_the_rest():
     assert record["step"] == "all_gather 1 MiB" and record["outcome"] == "choose"
     assert record["chosen"] == "NCCL_ALGO=ring,NCCL_PROTO=ll128" and len(record["arms"]) == 2
     assert choices[2].record("inc")["chosen"] == "inc"
+    pinned = SizeChoice("all_gather", MIB, {**RING_LL128, "NCCL_MAX_NCHANNELS": "16"}, "", 3)
+    assert tuner_table.rows([pinned], 2, "EXP")[0]["channels"] == 16  # swept: written
 
 
 def test_candidates_are_the_full_combinations_against_nccl_s_own_choice():
