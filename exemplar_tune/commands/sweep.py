@@ -210,8 +210,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sweep = Sweep(args, profile, shapes, ledger, experiment)
             if args.per_size:
                 choices = sweep.run_per_size(plan[0], current)
+                measured = len(sweep.scope.hosts) if sweep.scope else len(hosts_facts)
                 return _finish_per_size(args, sweep, choices, current, identity, validate,
-                                        len(hosts_facts))
+                                        measured)
             results = sweep.run(knobs, plan, current)
             return _finish(args, sweep, results, current, identity, validate)
 
@@ -329,7 +330,8 @@ def _check_sized(shapes: list[BenchmarkSpec]) -> None:
 def _finish_per_size(args: argparse.Namespace, sweep: Sweep, choices: list[SizeChoice],
                      current: Settings, identity: dict[str, Any],
                      validate: list[BenchmarkSpec], nodes: int) -> int:
-    """Record the table, validate it on training if asked, print and write it."""
+    """Record the table (rows for jobs of ``nodes`` hosts, the scale measured), validate it
+    on training if asked, print and write it."""
     ledger, experiment = sweep.ledger, sweep.experiment
     rows = tuner_table.rows(choices, nodes, experiment)
     incumbent = arm_label(sweep.original)
