@@ -164,18 +164,26 @@ def test_candidates_are_the_full_combinations_against_nccl_s_own_choice():
         "NCCL_ALGO=tree,NCCL_PROTO=ll128", "NCCL_ALGO=tree,NCCL_PROTO=simple"]
 
 
-@pytest.mark.parametrize(("names", "current", "message"), [
-    (["NCCL_PROTO"], {"NCCL_PROTO": None}, "add --knob NCCL_ALGO="),
-    (["NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_QPS_PER_CONNECTION"], {},
+@pytest.mark.parametrize(("names", "message"), [
+    (["NCCL_PROTO"], "add --knob NCCL_ALGO="),
+    (["NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_QPS_PER_CONNECTION"],
      "NCCL_IB_QPS_PER_CONNECTION is not a tuner table column"),
-    (["NCCL_ALGO", "NCCL_PROTO"], {"NCCL_ALGO": None, "NCCL_PROTO": "LL128"},
-     "the hosts set NCCL_PROTO=LL128: remove it first"),
-    (["NCCL_ALGO", "NCCL_PROTO"], {"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so"},
+])
+def test_knobs_that_cannot_make_rows_are_refused(names, message):
+    with pytest.raises(UserError, match=message):
+        tuner_table.check_columns(names)
+    tuner_table.check_columns(["NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS"])
+
+
+@pytest.mark.parametrize(("current", "message"), [
+    ({"NCCL_ALGO": None, "NCCL_PROTO": "LL128"}, "the hosts set NCCL_PROTO=LL128: remove it"),
+    ({"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so"},
      "the hosts set NCCL_TUNER_PLUGIN=libnccl-tuner-example.so: remove it first"),
 ])
-def test_a_sweep_that_cannot_make_rows_is_refused(names, current, message):
+def test_hosts_that_do_not_leave_the_choice_to_nccl_are_refused(current, message):
     with pytest.raises(UserError, match=message):
-        tuner_table.check_knobs(names, current)
+        tuner_table.check_unset(current)
+    tuner_table.check_unset({"NCCL_ALGO": None, "NCCL_PROTO": None, "NCCL_TUNER_PLUGIN": None})
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [

@@ -55,7 +55,8 @@ from exemplar_tune.orchestration.tuner_table import (
     DEFAULT_TABLE,
     LOADED,
     SizeChoice,
-    check_knobs,
+    check_columns,
+    check_unset,
     check_values,
     deploy_settings,
     table_step,
@@ -161,6 +162,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("--write-tuner: only with --per-size (a tuner table has one choice per "
                         "message size)")
     if args.per_size:
+        check_columns(names)
         for knob in knobs:
             check_values(knob.name, knob.values)
     for path, option in ((args.write_profile, "--write-profile"),
@@ -186,7 +188,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     current = current_values(hosts_facts, names)
     identity = _one_identity(hosts_facts)
     if args.per_size:
-        check_knobs(names, current_values(hosts_facts, [*names, LOADED]))
+        check_unset(current_values(hosts_facts, [*names, LOADED]))
     plan = [table_step(knobs)] if args.per_size else steps(knobs, current, args.grid)
     if not plan[0].candidates:
         raise UserError(f"--knob: every value is what the hosts have now "

@@ -60,11 +60,9 @@ class SizeChoice:
                 "rounds": self.rounds, "arms": [dict(e) for e in self.estimates]}
 
 
-def check_knobs(names: list[str], current: Mapping[str, str | None]) -> None:
+def check_columns(names: list[str]) -> None:
     """``UserError`` unless the swept knobs make table rows: ``NCCL_ALGO`` and ``NCCL_PROTO``
-    (a row names both), optionally ``NCCL_MAX_NCHANNELS``; and neither they nor a tuner
-    plugin set on the hosts (``current``: the hosts' values of those and of
-    :data:`LOADED`; the table is measured against NCCL's own choice)."""
+    (a row names both), optionally ``NCCL_MAX_NCHANNELS``, nothing else."""
     missing = [n for n in (ALGO, PROTO) if n not in names]
     if missing:
         raise UserError(f"--per-size: a tuner row names an algorithm and a protocol; add "
@@ -74,6 +72,12 @@ def check_knobs(names: list[str], current: Mapping[str, str | None]) -> None:
     if other:
         raise UserError(f"--per-size: {other[0]} is not a tuner table column; sweep it "
                         f"without --per-size (table columns: {', '.join(TABLE_KNOBS)})")
+
+
+def check_unset(current: Mapping[str, str | None]) -> None:
+    """``UserError`` when the hosts set a swept setting or load a tuner plugin (``current``:
+    their values of those and of :data:`LOADED`): the table is measured against NCCL's own
+    choice."""
     set_here = [f"{n}={v}" for n, v in current.items() if v is not None]
     if set_here:
         raise UserError(f"--per-size measures against NCCL's own choice, but the hosts set "
