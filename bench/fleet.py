@@ -3,7 +3,8 @@
 SSH, against ``ping``.
 
 For each inventory size it runs ``ansible all -m ping``, ``exemplar-tune facts`` (every
-layer), ``exemplar-tune preflight`` (all layers), ``exemplar-tune audit`` (every layer in
+layer), ``exemplar-tune facts --differ`` (the same facts, compared host against host),
+``exemplar-tune preflight`` (all layers), ``exemplar-tune audit`` (every layer in
 check mode: one module call per host) and ``exemplar-tune apply --layer cpu`` (one layer,
 journaled; the hosts already match, so it plans, compares and writes nothing) on the same
 inventory, in turn (interleaved, ``--repeat`` rounds, median kept), and prints wall times,
@@ -61,7 +62,7 @@ PROFILE = {"name": "bench-h100",
            "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
 # the fixture trees keep their Slurm job under system.slice: allow confining it (as the tests)
 HOSTVARS = {"cpu_housekeeping_allow_job_units": True}
-COMMANDS = ("ping", "facts", "preflight", "audit", "apply")
+COMMANDS = ("ping", "facts", "differ", "preflight", "audit", "apply")
 BIN = Path(sys.executable).parent
 
 
@@ -158,6 +159,9 @@ def argv_for(command: str, inventory: Path, profile: Path, forks: int) -> list[s
     if command == "ping":
         return [str(BIN / "ansible"), "all", "-i", str(inventory), "-m", "ansible.builtin.ping",
                 "-f", str(forks), "-o"]
+    if command == "differ":
+        return [str(BIN / "exemplar-tune"), "facts", "--differ", "-i", str(inventory),
+                "--format", "json", "--forks", str(forks)]
     layer = ["--layer", "cpu"] if command == "apply" else []
     target = [] if command == "facts" else ["--profile", str(profile)]
     return [str(BIN / "exemplar-tune"), command, *layer, "-i", str(inventory), "--format",
@@ -173,8 +177,9 @@ def check_output(command: str, count: int, out: subprocess.CompletedProcess[str]
             doc: dict[str, Any] = json.loads(out.stdout)
         except ValueError:
             doc = {}
-        ok = (len(doc.get("hosts", {})) == count and not doc.get("unreachable")
-              and not doc.get("failed"))
+        hosts = doc.get("hosts", {})  # differ: the number of hosts compared
+        ok = ((hosts if isinstance(hosts, int) else len(hosts)) == count
+              and not doc.get("unreachable") and not doc.get("failed"))
     if not ok:
         raise SystemExit(f"{command} did not reach all {count} hosts (rc {out.returncode}):\n"
                          f"{out.stdout[-1500:]}\n{out.stderr[-1500:]}")

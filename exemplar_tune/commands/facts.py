@@ -10,8 +10,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_
 
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
-from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK
+from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
+from exemplar_tune.fleet.majority import differences
 from exemplar_tune.reports.facts_table import facts_table
 from exemplar_tune.snapshot import take_snapshot
 
@@ -27,10 +28,17 @@ FACTS_EPILOG = """examples:
   exemplar-tune facts --layer cpu --layer gpu --format json
   exemplar-tune facts --sysroot node07.tar.gz  a host captured with 'exemplar-tune snapshot'
   exemplar-tune facts -i inventory.yml --limit 'gpu[01:16]' --format json
+  exemplar-tune facts -i inventory.yml --differ   what differs from the majority, no profile
 
 JSON output: one top-level key per layer; each layer also has 'sources' (the file or command
 every fact came from) and 'errors' (facts that could not be read). With -i the output is
 {"hosts": {HOST: {LAYER: ...}}, "unreachable": {HOST: REASON}}.
+
+--differ compares the hosts with each other: for every fact, the value most hosts have is the
+majority and every other value is named with its hosts (folded: gpu[03,17]), rarest first.
+Facts that identify a host or a moment (serials, UUIDs, addresses, times, temperatures, power
+draw, log lines) are not compared. JSON: {"hosts": N, "differences": [{"fact", "majority":
+{"value", "hosts", "count"}, "others": [...]}], "unreachable": {...}}.
 """
 
 
@@ -57,6 +65,9 @@ def _add_facts(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.add_argument("--sources", action="store_true",
                      help="table format: also show where each fact came from")
+    cmd.add_argument("--differ", action="store_true",
+                     help="with -i: only what differs from the majority of the hosts (no "
+                     "profile needed)")
     cmd.set_defaults(func=cmd_facts)
 
 
@@ -72,8 +83,12 @@ def _add_snapshot(sub: argparse._SubParsersAction) -> None:
 def cmd_facts(args: argparse.Namespace) -> int:
     """``exemplar-tune facts``."""
     check_layers(args.layer)
+    if args.differ and args.inventory is None:
+        raise UserError("--differ compares hosts with each other: give an inventory (-i)")
     hosts, missing = collect_facts(args.sysroot, facts_runner(args), args.layer)
-    if args.format == "json":
+    if args.differ:
+        _print_differences(args, hosts, missing)
+    elif args.format == "json":
         single = args.inventory is None and len(hosts) == 1 and not missing
         doc = next(iter(hosts.values())) if single else {"hosts": hosts, "unreachable": missing}
         print(json.dumps(doc, indent=2))
@@ -83,6 +98,21 @@ def cmd_facts(args: argparse.Namespace) -> int:
         for host, reason in missing.items():
             print(f"### {host}: NOT GATHERED: {reason}")
     return EXIT_FINDINGS if missing else EXIT_OK
+
+
+def _print_differences(args: argparse.Namespace, hosts: dict[str, dict],
+                       missing: dict[str, str]) -> None:
+    found = differences(hosts)
+    if args.format == "json":
+        print(json.dumps({"hosts": len(hosts), "differences": [d.to_dict() for d in found],
+                          "unreachable": missing}, indent=2))
+        return
+    print(f"{len(hosts)} hosts compared with each other: "
+          + (f"{len(found)} fact(s) differ, rarest first" if found else "no fact differs"))
+    for difference in found:
+        print(f"  {difference.line()}")
+    for host, reason in missing.items():
+        print(f"  {host}: NOT GATHERED: {reason}")
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

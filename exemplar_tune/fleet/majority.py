@@ -1,0 +1,125 @@
+"""What differs from the fleet's majority: every host's facts compared with each other, no
+profile needed (``exemplar-tune facts -i INV --differ``).
+
+Each host's facts are flattened into ``layer.key.sub`` paths: a list of mappings by ``*`` where
+all its items agree (``cpu.cpufreq.policies.*.governor``), else by index
+(``gpu.gpus.3.persistence_mode``); a list of plain values is one value. For every path the
+hosts are grouped by value; the value most hosts have is the majority, and each other value is
+a difference, with its hosts folded into a hostlist. A path only some hosts report (a fact
+another host could not read) counts as the value ``absent``.
+
+Facts that identify one host or one moment are never compared: they differ on identical,
+healthy hosts (:data:`NOT_COMPARED`: serial numbers, UUIDs, addresses, process ids, times,
+temperatures, power draw and clocks, log lines and counts), and neither are the ``sources``
+and ``errors`` every layer carries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exemplar_tune.fleet.hostlist import compress
+
+ABSENT = "absent"
+# key names whose value is one host's or one moment's (matched against every path part)
+NOT_COMPARED = re.compile(
+    r"^(?:sources|errors|uuid|serial|.*_serial(?:_number)?|guid|.*_guid|mac|.*_mac|hostname|"
+    r"node_guid|sys_image_guid|port_guid|pids?|processes|machine_id|boot_id|.*_t|time|"
+    r".*_seen|.*_at|uptime.*|temperature.*|.*_temperature_c|.*_temp|power_draw.*|fan.*|"
+    r"utilization.*|clocks_mhz|clocks_event_reasons_active|memory_used.*|.*_lines|lines|"
+    r"text|reasons?|evidence|address(?:es)?|ip|ips|.*_ip|product_version|minor_number|"
+    r"xids|xid_incidents|xid_log|counters?|.*_count_since_boot)$")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One fact on which hosts disagree: the majority value and hosts, and every other value
+    with its hosts (fewest hosts first)."""
+
+    fact: str
+    majority: Any
+    majority_hosts: tuple[str, ...]
+    others: tuple[tuple[Any, tuple[str, ...]], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fact": self.fact,
+                "majority": {"value": self.majority, "hosts": compress(self.majority_hosts),
+                             "count": len(self.majority_hosts)},
+                "others": [{"value": v, "hosts": compress(h), "count": len(h)}
+                           for v, h in self.others]}
+
+    def line(self) -> str:
+        """``cpu.governor: powersave on node17 (majority: performance on node[01-16])``."""
+        shown = "; ".join(f"{_text(v)} on {compress(h)}" for v, h in self.others)
+        return (f"{self.fact}: {shown} (majority: {_text(self.majority)} on "
+                f"{len(self.majority_hosts)} host{'s' if len(self.majority_hosts) != 1 else ''})")
+
+
+def flatten(facts: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{path: value}`` of one host's facts, without the facts that are never compared."""
+    out: dict[str, Any] = {}
+    for key, value in facts.items():
+        if NOT_COMPARED.match(str(key)):
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{path}."))
+        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            out.update(_flatten_items([flatten(item) for item in value], path))
+        else:
+            out[path] = value
+    return out
+
+
+def _flatten_items(items: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    """A list's flattened items: ``path.*.sub`` where every item has the same value, else
+    ``path.INDEX.sub``."""
+    out: dict[str, Any] = {}
+    for sub in dict.fromkeys(k for item in items for k in item):
+        values = [item.get(sub, ABSENT) for item in items]
+        if all(v == values[0] for v in values):
+            out[f"{path}.*.{sub}"] = values[0]
+        else:
+            out.update({f"{path}.{i}.{sub}": v for i, v in enumerate(values) if v != ABSENT})
+    return out
+
+
+def differences(hosts: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
+    """Every fact on which the hosts disagree, the rarest values first (a value on one host of
+    a hundred is the likeliest cause of that host being different)."""
+    flat = {host: flatten(facts) for host, facts in hosts.items()}
+    paths = dict.fromkeys(p for values in flat.values() for p in values)
+    found = []
+    for path in paths:
+        groups: dict[str, list[str]] = {}
+        for host, values in flat.items():
+            key = json.dumps(values[path], sort_keys=True) if path in values else ABSENT
+            groups.setdefault(key, []).append(host)
+        if len(groups) < 2:
+            continue
+        ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        majority, *others = ranked
+        found.append(Difference(path, _value(majority[0]), tuple(sorted(majority[1])),
+                                tuple((_value(k), tuple(sorted(h)))
+                                      for k, h in sorted(others, key=lambda kv: len(kv[1])))))
+    return sorted(found, key=lambda d: (min(len(h) for _, h in d.others), d.fact))
+
+
+def host_differences(host: str, found: Iterable[Difference]) -> list[str]:
+    """Where ``host`` differs from the majority: ``fact=value (majority value)`` each."""
+    return [f"{d.fact}={_text(v)} (majority {_text(d.majority)})"
+            for d in found for v, hosts in d.others if host in hosts]
+
+
+def _value(key: str) -> Any:
+    return ABSENT if key == ABSENT else json.loads(key)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
