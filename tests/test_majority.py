@@ -63,6 +63,9 @@ def test_a_fact_one_host_lacks_is_absent_there_and_lists_fold_by_item():
     found = {d.fact: d for d in differences({"a1": one, "a2": one, "b1": other})}
     assert found["cpu.extra"].majority == "absent"
     assert found["cpu.numa.nodes.1.cpus"].others == (("4-6", ("b1",)),)
+    assert not found["cpu.extra"].tie
+    (split,) = differences({"a1": {"l": {"k": 1}}, "b1": {"l": {"k": 2}}})
+    assert split.tie and split.line() == "l.k: 1 on a1; 2 on b1 (no majority)"
 
 
 @pytest.mark.system

@@ -5,7 +5,8 @@ Each host's facts are flattened into ``layer.key.sub`` paths: a list of mappings
 all its items agree (``cpu.cpufreq.policies.*.governor``), else by index
 (``gpu.gpus.3.persistence_mode``); a list of plain values is one value. For every path the
 hosts are grouped by value; the value most hosts have is the majority, and each other value is
-a difference, with its hosts folded into a hostlist. A path only some hosts report (a fact
+a difference, with its hosts folded into a hostlist (when the most common values tie, there is
+no majority and the line says so). A path only some hosts report (a fact
 another host could not read) counts as the value ``absent``.
 
 Facts that identify one host or one moment are never compared: they differ on identical,
@@ -45,8 +46,13 @@ class Difference:
     majority_hosts: tuple[str, ...]
     others: tuple[tuple[Any, tuple[str, ...]], ...]
 
+    @property
+    def tie(self) -> bool:
+        """No majority: another value has as many hosts as the most common one."""
+        return any(len(h) == len(self.majority_hosts) for _, h in self.others)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"fact": self.fact,
+        return {"fact": self.fact, "tie": self.tie,
                 "majority": {"value": self.majority, "hosts": compress(self.majority_hosts),
                              "count": len(self.majority_hosts)},
                 "others": [{"value": v, "hosts": compress(h), "count": len(h)}
@@ -55,6 +61,9 @@ class Difference:
     def line(self) -> str:
         """``cpu.governor: powersave on node17 (majority: performance on node[01-16])``."""
         shown = "; ".join(f"{_text(v)} on {compress(h)}" for v, h in self.others)
+        if self.tie:
+            return (f"{self.fact}: {_text(self.majority)} on {compress(self.majority_hosts)}; "
+                    f"{shown} (no majority)")
         return (f"{self.fact}: {shown} (majority: {_text(self.majority)} on "
                 f"{len(self.majority_hosts)} host{'s' if len(self.majority_hosts) != 1 else ''})")
 
