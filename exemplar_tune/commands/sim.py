@@ -56,6 +56,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="dense, moe (Megatron lines), nccl-allgather, nccl-reducescatter "
                        "(nccl-tests table)")
     bench.add_argument("--steps", type=int, default=40, help="training iterations (default 40)")
+    bench.add_argument("--per-rank", action="store_true",
+                       help="training: every host's own iteration lines, prefixed 'HOST: ' (the "
+                       "time of its own work, as per-rank timers log it), instead of the job's")
     bench.add_argument("--hosts", nargs="+", metavar="NAME",
                        help="only these hosts (default: $EXEMPLAR_TUNE_HOSTS, which tune sets "
                        "to the hosts it measures, else every host)")
@@ -113,7 +116,7 @@ def cmd_sim_bench(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.directory / "scenario.yaml")
         sizes = (parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
         for line in bench_lines(args.directory, scenario, hosts, args.workload, args.steps,
-                                sizes):
+                                sizes, per_rank=args.per_rank):
             print(line)
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -96,7 +96,11 @@ _TRAINING_BAR = re.compile(r"\bloss\b|\bEpoch\b|\btrain", re.IGNORECASE)
 
 def read_series(text: str) -> Series:
     """The first family's series with samples; ``NoTiming`` naming why when there is none."""
-    lines = lines_of(text)
+    return read_lines(lines_of(text))
+
+
+def read_lines(lines: list[Line]) -> Series:
+    """:func:`read_series` of lines already split (one source's, for instance)."""
     missing: Series | None = None
     for reader in FAMILIES:
         series = reader(lines)

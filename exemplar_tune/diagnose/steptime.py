@@ -34,6 +34,8 @@ into one series. The rules, with the figures they use (the constants below):
 * **Level shift.** The best split of the series into an earlier and a later run (each at least
   2 samples, at least ``SHIFT_MIN`` in all) with the same gap and D figures: a lasting change of
   step time, reported even in a short log.
+* **Ranks.** A log with several ranks' lines is also judged rank against rank
+  (:mod:`.slow_ranks`, ``workload.slow-ranks``).
 * **Rates.** tqdm's smoothed ``it/s``, a throughput per interval: described, with a trend
   when monotone, never judged as step times.
 """
@@ -46,6 +48,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from exemplar_tune.diagnose import slow_ranks
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
@@ -58,7 +61,7 @@ from exemplar_tune.diagnose.base import (
     cite,
     finding,
 )
-from exemplar_tune.diagnose.steplog import NoTiming, Sample, Series
+from exemplar_tune.diagnose.steplog import NoTiming, Sample, Series, lines_of
 from exemplar_tune.diagnose.steplog_formats import read_series, recognised
 
 KIND = "step-time"
@@ -331,10 +334,13 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     if series.notes:
         head["notes"] = list(series.notes)
     if n < MIN_SAMPLES:
-        return _short_report(series, source, head)
-    if series.rate:
-        return _rate_report(series, source, head)
-    return _time_report(series, source, head, expectations)
+        report = _short_report(series, source, head)
+    elif series.rate:
+        report = _rate_report(series, source, head)
+    else:
+        report = _time_report(series, source, head, expectations)
+    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines_of(text)))
+    return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
 def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:

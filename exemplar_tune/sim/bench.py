@@ -1,7 +1,9 @@
 """The simulated cluster's benchmark: one run of a workload on every host, in a real format.
 
 Training workloads print Megatron-LM iteration lines (``elapsed time per iteration (ms)``);
-with several hosts a data-parallel step lasts as long as the slowest host's. Collectives print
+with several hosts a data-parallel step lasts as long as the slowest host's. ``per_rank``
+prints each host's own time instead, one line per host and iteration prefixed ``HOST: `` (what
+a per-rank timer logs of the host's own work, before it waits for the others). Collectives print
 an nccl-tests table (``all_gather_perf`` / ``reduce_scatter_perf``: sizes from ``minbytes`` to
 ``maxbytes`` by ``stepfactor``, 1 MiB to 16 GiB by 2 unless asked otherwise; time, algbw and
 busbw, out-of-place and in-place), each size timed by the slowest host. Each call increments
@@ -55,7 +57,8 @@ def next_run(counter: Path) -> int:
 
 
 def bench_lines(directory: Path, scenario: dict[str, Any], hosts: list[str], workload: str,
-                steps: int, sizes: tuple[int, int, int] = DEFAULT_SIZES) -> Iterator[str]:
+                steps: int, sizes: tuple[int, int, int] = DEFAULT_SIZES, *,
+                per_rank: bool = False) -> Iterator[str]:
     """The output of one benchmark run of ``workload`` over ``hosts``.
 
     ``sizes`` (minbytes, maxbytes, stepfactor) is the range of a collective's table.
@@ -78,10 +81,12 @@ def bench_lines(directory: Path, scenario: dict[str, Any], hosts: list[str], wor
     per_host = [step_times(s, scenario, workload, h, run, steps, len(hosts))
                 for h, s in states.items()]
     for index, values in enumerate(zip(*per_host, strict=True), start=1):
-        yield (f" [2026-11-29 10:00:00] iteration {index:8d}/{steps:8d} | consumed samples:"
-               f" {index * 1024:12d} | elapsed time per iteration (ms): {max(values) * 1000:.1f}"
-               f" | learning rate: 1.000E-04 | global batch size:  1024 | "
-               f"lm loss: 2.345678E+00 | loss scale: 1.0 |")
+        shown = zip(states, values, strict=True) if per_rank else [("", max(values))]
+        for host, seconds in shown:
+            yield (f"{host + ': ' if host else ''} [2026-11-29 10:00:00] iteration {index:8d}/"
+                   f"{steps:8d} | consumed samples: {index * 1024:12d} | elapsed time per "
+                   f"iteration (ms): {seconds * 1000:.1f} | learning rate: 1.000E-04 | global "
+                   "batch size:  1024 | lm loss: 2.345678E+00 | loss scale: 1.0 |")
 
 
 def nccl_table(scenario: dict[str, Any], workload: str, times_us: dict[int, float], hosts: int,

@@ -1,0 +1,115 @@
+"""Slow ranks: which of a job's ranks log slower steps than the others, by a robust rule.
+
+A step-time log that carries several ranks' lines (launcher prefixes name them, see
+:mod:`.normalize`) is read once per rank, as :mod:`.steptime` reads one. The ranks' samples are
+lined up by iteration; at every iteration that at least ``MIN_RANKS`` ranks logged, a rank is
+*behind* when its time is above the median of the ranks by more than ``K_MAD`` scaled median
+absolute deviations and by more than ``MIN_REL`` of the median (the second keeps ranks that
+agree to a few microseconds from being called slow). A rank is *slow* when it is behind in at
+least ``REPEAT`` of the iterations it logged and in at least ``MIN_BEHIND`` of them: one bad
+step is a stall (the stall rule's business), a repeated one is the rank.
+
+The data cannot tell when fewer than ``MIN_RANKS`` ranks or fewer than ``MIN_STEPS`` common
+iterations were logged. When every rank agrees, the finding says so and why that may hide a
+straggler: with synchronous collectives every rank waits for the slowest, so a rank's step
+time is the job's; a slow host then shows in a benchmark run on each host alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from exemplar_tune.diagnose.base import INFO, PASS, WARN, Finding, cite, finding
+from exemplar_tune.diagnose.steplog import Line, NoTiming, Series
+from exemplar_tune.diagnose.steplog_formats import read_lines
+
+CHECK = "workload.slow-ranks"
+MIN_RANKS = 3
+MIN_STEPS = 5
+K_MAD = 3.5
+MAD_SCALE = 1.4826  # MAD x this estimates a normal standard deviation
+MIN_REL = 0.02
+REPEAT = 0.5
+MIN_BEHIND = 3
+MAX_RANKS = 256  # ranks read one by one; more is the scale issue's streaming reader
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank: iterations compared, how many it was behind in, its median excess."""
+
+    rank: str
+    steps: int
+    behind: int
+    excess: float  # median relative excess over the ranks' median where behind
+    lines: tuple[int, ...]
+
+
+def rank_series(lines: list[Line]) -> dict[str, Series]:
+    """Each source's own series of step times (rates and unreadable sources left out)."""
+    sources = sorted({line.source for line in lines if line.source})
+    out = {}
+    for source in sources[:MAX_RANKS]:
+        mine = [line if line.source == source else Line(line.n, "", "", None)
+                for line in lines]
+        try:
+            series = read_lines(mine)
+        except NoTiming:
+            continue
+        if not series.rate and series.samples:
+            out[source] = series
+    return out
+
+
+def verdicts(series: dict[str, Series]) -> tuple[list[RankVerdict], int]:
+    """Per rank, the iterations it was behind in; and how many iterations were compared."""
+    by_step: dict[int, dict[str, tuple[float, int]]] = {}
+    for rank, one in series.items():
+        for index, sample in enumerate(one.samples):
+            step = sample.iteration if sample.iteration is not None else index + 1
+            by_step.setdefault(step, {})[rank] = (sample.value, sample.line)
+    compared = {s: v for s, v in by_step.items() if len(v) >= MIN_RANKS}
+    seen: dict[str, int] = {}
+    behind: dict[str, list[tuple[float, int]]] = {}
+    for values in compared.values():
+        times = [t for t, _ in values.values()]
+        median = statistics.median(times)
+        spread = MAD_SCALE * statistics.median(abs(t - median) for t in times)
+        for rank, (time, line) in values.items():
+            seen[rank] = seen.get(rank, 0) + 1
+            if median > 0 and time - median > max(K_MAD * spread, MIN_REL * median):
+                behind.setdefault(rank, []).append(((time - median) / median, line))
+    found = [RankVerdict(rank, seen[rank], len(hits), statistics.median(e for e, _ in hits),
+                         tuple(line for _, line in hits))
+             for rank, hits in behind.items()]
+    return sorted(found, key=lambda v: (-v.behind, -v.excess)), len(compared)
+
+
+def judge(source: str, series: dict[str, Series]) -> Finding | None:
+    """The slow-ranks finding of a log with several ranks (None for one rank)."""
+    if len(series) < 2:
+        return None
+    ranks = len(series)
+    if ranks < MIN_RANKS:
+        return finding(CHECK, INFO, f"{ranks} ranks log step times: too few to tell a slow one "
+                       f"(at least {MIN_RANKS} needed)", ranks=ranks)
+    found, steps = verdicts(series)
+    if steps < MIN_STEPS:
+        return finding(CHECK, INFO, f"{ranks} ranks, {steps} iterations logged by {MIN_RANKS} "
+                       f"or more of them: too few to tell a slow rank (at least {MIN_STEPS} "
+                       "needed)", ranks=ranks, steps=steps)
+    slow = [v for v in found if v.behind >= max(MIN_BEHIND, REPEAT * v.steps)]
+    values = {"ranks": ranks, "steps": steps,
+              "slow": [{"rank": v.rank, "behind": v.behind, "steps": v.steps,
+                        "excess": round(v.excess, 4)} for v in slow]}
+    if not slow:
+        return finding(CHECK, PASS, f"no rank stands out over {steps} iterations of {ranks} "
+                       "ranks (with synchronous collectives every rank waits for the slowest: "
+                       "a slow host may still hide here; benchmark each host alone to find "
+                       "it)", **values)
+    shown = "; ".join(f"{v.rank} {v.excess:+.1%} in {v.behind} of {v.steps} iterations"
+                      for v in slow[:8]) + (f"; {len(slow) - 8} more" if len(slow) > 8 else "")
+    return finding(CHECK, WARN, f"{len(slow)} of {ranks} ranks slower than the median rank, "
+                   f"again and again: {shown}",
+                   [cite(source, [n for v in slow for n in v.lines])], **values)

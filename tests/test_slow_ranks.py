@@ -1,0 +1,92 @@
+"""Slow ranks across one job's ranks (``workload.slow-ranks``): on a real 4-rank capture, on
+logs the simulated cluster writes per rank, and where the data cannot tell."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exemplar_tune.diagnose import diagnose_text
+from exemplar_tune.sim.cluster import create_cluster
+from tests.corpus import REALWORLD
+from tests.test_cli import cli
+
+TITAN_H200 = REALWORLD / "steptime" / "orangingq-torchtitan-h200-4gpu-llama8b-1f1b-rank-prefix.log"
+
+
+def slow_ranks(report) -> dict:
+    (found,) = [f for f in report.findings if f.check_id == "workload.slow-ranks"]
+    return found
+
+
+def megatron(per_host: dict[str, list[float]]) -> str:
+    """Megatron iteration lines of several hosts, each prefixed with its name."""
+    lines = []
+    steps = len(next(iter(per_host.values())))
+    for index in range(steps):
+        for host, times in per_host.items():
+            if index < len(times):
+                lines.append(f"{host}: iteration {index + 1:8d}/{steps:8d} | elapsed time per "
+                             f"iteration (ms): {times[index]:.1f} | lm loss: 2.3E+00 |")
+    return "\n".join(lines) + "\n"
+
+
+def test_four_real_ranks_of_one_job_agree():
+    """torchtitan, pipeline-parallel 1F1B on 4 x H200 (orangingq/torchtitan): every rank logs
+    each step within milliseconds of the others; no rank stands out, and the finding says
+    why a straggler could still hide in step times."""
+    report = diagnose_text(TITAN_H200.read_text(), TITAN_H200.name)
+    found = slow_ranks(report)
+    assert found.status == "pass"
+    assert found.values["ranks"] == 4 and found.values["steps"] == 20
+    assert "benchmark each host alone" in found.message
+
+
+def test_a_host_made_slow_by_a_fact_is_named_from_the_simulated_ranks_logs(tmp_path):
+    """Eight simulated hosts; node05's deepest idle state is disabled (about 4 % slower): its
+    own per-rank lines name it, and a healthy cluster's do not."""
+    create_cluster(tmp_path / "c", "h100-qps-incumbent", hosts=8)
+    healthy = cli("sim", "bench", str(tmp_path / "c"), "--workload", "dense", "--per-rank")
+    assert healthy.returncode == 0, healthy.stderr
+    assert slow_ranks(diagnose_text(healthy.stdout, "healthy")).status == "pass"
+    for disable in (tmp_path / "c/hosts/node05/sys/devices/system/cpu").glob(
+            "cpu*/cpuidle/state3/disable"):
+        disable.write_text("1\n")
+    out = cli("sim", "bench", str(tmp_path / "c"), "--workload", "dense", "--per-rank")
+    (tmp_path / "ranks.log").write_text(out.stdout)
+    found = slow_ranks(diagnose_text(out.stdout, "ranks.log"))
+    assert found.status == "warn", found.message
+    assert [s["rank"] for s in found.values["slow"]] == ["node05"]
+    assert found.values["slow"][0]["excess"] == pytest.approx(0.04, abs=0.01)
+    assert "node05 +" in found.message and found.evidence
+    shown = cli("diagnose", str(tmp_path / "ranks.log"), "--format", "json")
+    assert shown.returncode == 0  # a warning, not a failure: exit 0
+    (report,) = json.loads(shown.stdout)["reports"]
+    assert any(f["check_id"] == "workload.slow-ranks" and f["status"] == "warn"
+               for f in report["findings"])
+
+
+def test_one_slow_step_is_a_stall_not_a_slow_rank():
+    times = {f"node{i:02d}": [1000.0 + i] * 10 for i in range(1, 7)}
+    times["node03"][4] = 1300.0
+    assert slow_ranks(diagnose_text(megatron(times), "x")).status == "pass"
+    times["node03"] = [1060.0] * 10
+    found = slow_ranks(diagnose_text(megatron(times), "x"))
+    assert found.status == "warn" and found.values["slow"][0]["behind"] == 10
+
+
+@pytest.mark.parametrize(("hosts", "steps", "message"), [
+    (2, 10, "2 ranks log step times: too few to tell a slow one (at least 3 needed)"),
+    (4, 4, "4 ranks, 4 iterations logged by 3 or more of them: too few to tell"),
+])
+def test_the_data_cannot_tell(hosts, steps, message):
+    times = {f"node{i:02d}": [1000.0] * steps for i in range(1, hosts + 1)}
+    times["node01"] = [1200.0] * steps
+    found = slow_ranks(diagnose_text(megatron(times), "x"))
+    assert found.status == "info" and found.message.startswith(message)
+
+
+def test_a_single_rank_log_has_no_such_finding():
+    report = diagnose_text(megatron({"node01": [1000.0] * 10}), "x")
+    assert not [f for f in report.findings if f.check_id == "workload.slow-ranks"]
