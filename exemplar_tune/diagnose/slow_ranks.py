@@ -49,6 +49,8 @@ class RankVerdict:
 def rank_series(lines: list[Line]) -> dict[str, Series]:
     """Each source's own series of step times (rates and unreadable sources left out)."""
     sources = sorted({line.source for line in lines if line.source})
+    if len(sources) < 2:  # one rank: nothing to compare, nothing read twice
+        return {}
     out = {}
     for source in sources[:MAX_RANKS]:
         mine = [line if line.source == source else Line(line.n, "", "", None)
