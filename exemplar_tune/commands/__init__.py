@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("experiments", "one experiment: layers, samples, decisions"),
     "report": ("experiments", "an experiment as Markdown or HTML"),
     "sweep": ("sweep", "choose NCCL fabric settings by measurement"),
+    "slow-nodes": ("slow_nodes", "hosts slower than the fleet, and the facts that differ"),
     "profile": ("profile", "list profiles; show one merged and validated"),
     "diagnose": ("diagnose", "analyse captured signals (turbostat, perf, logs ...)"),
     "sim": ("sim", "a simulated GPU cluster: create, benchmark, COLL log, boot"),

@@ -1,9 +1,10 @@
 """What differs from the fleet's majority: every host's facts compared with each other, no
 profile needed (``exemplar-tune facts -i INV --differ``).
 
-Each host's facts are flattened into ``layer.key.sub`` paths: a list of mappings by ``*`` where
-all its items agree (``cpu.cpufreq.policies.*.governor``), else by index
-(``gpu.gpus.3.persistence_mode``); a list of plain values is one value. For every path the
+Each host's facts are flattened into ``layer.key.sub`` paths, a list of mappings by index
+(``gpu.gpus.3.persistence_mode``; a list of plain values is one value). Differences of several
+items of one list with the same values on the same hosts are one line, the index written ``*``
+with the number of items (``cpu.cpufreq.policies.*.governor``, 8 items). For every path the
 hosts are grouped by value; the value most hosts have is the majority, and each other value is
 a difference, with its hosts folded into a hostlist (when the most common values tie, there is
 no majority and the line says so). A path only some hosts report (a fact
@@ -26,6 +27,7 @@ from typing import Any
 from exemplar_tune.fleet.hostlist import compress
 
 ABSENT = "absent"
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
 # key names whose value is one host's or one moment's (matched against every path part)
 NOT_COMPARED = re.compile(
     r"^(?:sources|errors|uuid|serial|.*_serial(?:_number)?|guid|.*_guid|mac|.*_mac|hostname|"
@@ -45,6 +47,7 @@ class Difference:
     majority: Any
     majority_hosts: tuple[str, ...]
     others: tuple[tuple[Any, tuple[str, ...]], ...]
+    items: int = 1  # list items that differ alike (the fact's ``*``)
 
     @property
     def tie(self) -> bool:
@@ -52,7 +55,7 @@ class Difference:
         return any(len(h) == len(self.majority_hosts) for _, h in self.others)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fact": self.fact, "tie": self.tie,
+        return {"fact": self.fact, "items": self.items, "tie": self.tie,
                 "majority": {"value": self.majority, "hosts": compress(self.majority_hosts),
                              "count": len(self.majority_hosts)},
                 "others": [{"value": v, "hosts": compress(h), "count": len(h)}
@@ -61,10 +64,11 @@ class Difference:
     def line(self) -> str:
         """``cpu.governor: powersave on node17 (majority: performance on node[01-16])``."""
         shown = "; ".join(f"{_text(v)} on {compress(h)}" for v, h in self.others)
+        fact = self.fact + (f" ({self.items} items)" if self.items > 1 else "")
         if self.tie:
-            return (f"{self.fact}: {_text(self.majority)} on {compress(self.majority_hosts)}; "
+            return (f"{fact}: {_text(self.majority)} on {compress(self.majority_hosts)}; "
                     f"{shown} (no majority)")
-        return (f"{self.fact}: {shown} (majority: {_text(self.majority)} on "
+        return (f"{fact}: {shown} (majority: {_text(self.majority)} on "
                 f"{len(self.majority_hosts)} host{'s' if len(self.majority_hosts) != 1 else ''})")
 
 
@@ -78,22 +82,10 @@ def flatten(facts: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(value, Mapping):
             out.update(flatten(value, f"{path}."))
         elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            out.update(_flatten_items([flatten(item) for item in value], path))
+            for index, item in enumerate(value):
+                out.update(flatten(item, f"{path}.{index}."))
         else:
             out[path] = value
-    return out
-
-
-def _flatten_items(items: list[dict[str, Any]], path: str) -> dict[str, Any]:
-    """A list's flattened items: ``path.*.sub`` where every item has the same value, else
-    ``path.INDEX.sub``."""
-    out: dict[str, Any] = {}
-    for sub in dict.fromkeys(k for item in items for k in item):
-        values = [item.get(sub, ABSENT) for item in items]
-        if all(v == values[0] for v in values):
-            out[f"{path}.*.{sub}"] = values[0]
-        else:
-            out.update({f"{path}.{i}.{sub}": v for i, v in enumerate(values) if v != ABSENT})
     return out
 
 
@@ -115,7 +107,20 @@ def differences(hosts: Mapping[str, Mapping[str, Any]]) -> list[Difference]:
         found.append(Difference(path, _value(majority[0]), tuple(sorted(majority[1])),
                                 tuple((_value(k), tuple(sorted(h)))
                                       for k, h in sorted(others, key=lambda kv: len(kv[1])))))
-    return sorted(found, key=lambda d: (min(len(h) for _, h in d.others), d.fact))
+    return sorted(_alike_items(found), key=lambda d: (min(len(h) for _, h in d.others), d.fact))
+
+
+def _alike_items(found: list[Difference]) -> list[Difference]:
+    """Differences of several list items with the same values on the same hosts, as one."""
+    groups: dict[tuple, list[Difference]] = {}
+    for d in found:
+        pattern = _INDEX.sub(".*", d.fact)
+        key = (pattern, json.dumps(d.majority, sort_keys=True), d.majority_hosts,
+               json.dumps(d.others, sort_keys=True))
+        groups.setdefault(key, []).append(d)
+    return [alike[0] if len(alike) == 1 else
+            Difference(key[0], alike[0].majority, alike[0].majority_hosts, alike[0].others,
+                       len(alike)) for key, alike in groups.items()]
 
 
 def host_differences(host: str, found: Iterable[Difference]) -> list[str]:
