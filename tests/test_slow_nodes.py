@@ -75,9 +75,11 @@ def test_slow_nodes_finds_and_explains_a_host_whose_idle_state_is_disabled(tmp_p
     healthy = cli("slow-nodes", "-i", inventory, "--bench", bench, "--runs", "3")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "0 slow; within the fleet: node[01-08]" in healthy.stdout
-    for disable in (directory / "hosts/node05/sys/devices/system/cpu").glob(
-            "cpu*/cpuidle/state3/disable"):
-        disable.write_text("1\n")
+    faulty = tmp_path / "f"  # the same fleet, node05 built with the idle state disabled
+    made = cli("sim", "create", str(faulty), "--scenario", "h100-qps-incumbent", "--hosts", "8",
+               "--fault", "node05=deep_cstate_disabled")
+    assert made.returncode == 0 and "node05 also: deep_cstate_disabled" in made.stdout
+    inventory, bench = str(faulty / "inventory.yml"), str(faulty / "bench.yaml")
     out = cli("slow-nodes", "-i", inventory, "--bench", bench, "--runs", "3", "--format",
               "json")
     assert out.returncode == 1, out.stdout + out.stderr

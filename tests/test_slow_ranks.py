@@ -50,10 +50,9 @@ def test_a_host_made_slow_by_a_fact_is_named_from_the_simulated_ranks_logs(tmp_p
     healthy = cli("sim", "bench", str(tmp_path / "c"), "--workload", "dense", "--per-rank")
     assert healthy.returncode == 0, healthy.stderr
     assert slow_ranks(diagnose_text(healthy.stdout, "healthy")).status == "pass"
-    for disable in (tmp_path / "c/hosts/node05/sys/devices/system/cpu").glob(
-            "cpu*/cpuidle/state3/disable"):
-        disable.write_text("1\n")
-    out = cli("sim", "bench", str(tmp_path / "c"), "--workload", "dense", "--per-rank")
+    create_cluster(tmp_path / "f", "h100-qps-incumbent", hosts=8,
+                   host_faults={"node05": ["deep_cstate_disabled"]})
+    out = cli("sim", "bench", str(tmp_path / "f"), "--workload", "dense", "--per-rank")
     (tmp_path / "ranks.log").write_text(out.stdout)
     found = slow_ranks(diagnose_text(out.stdout, "ranks.log"))
     assert found.status == "warn", found.message

@@ -49,6 +49,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--hosts", type=int, metavar="N", help="number of hosts (scenario's "
                         "default otherwise)")
     create.add_argument("--seed", type=int, metavar="S", help="noise seed (scenario's default)")
+    create.add_argument("--fault", action="append", default=[], metavar="HOST=FAULT",
+                        help="a fault on one host only, on top of the scenario's (repeatable), "
+                        "e.g. node05=deep_cstate_disabled: a host made slow through a fact")
     create.set_defaults(func=cmd_sim_create)
     bench = steps.add_parser("bench", help="one benchmark run on every host of a cluster")
     bench.add_argument("directory", type=Path, metavar="DIR")
@@ -95,8 +98,16 @@ def _hosts(directory: Path, wanted: list[str] | None) -> list[str]:
 
 def cmd_sim_create(args: argparse.Namespace) -> int:
     """``exemplar-tune sim create``."""
+    host_faults: dict[str, list[str]] = {}
+    for text in args.fault:
+        host, sep, fault = text.partition("=")
+        if not sep or fault not in FAULTS:
+            raise UserError(f"--fault {text!r}: write HOST=FAULT with FAULT one of "
+                            f"{', '.join(FAULTS)}")
+        host_faults.setdefault(host, []).append(fault)
     try:
-        info = create_cluster(args.directory, args.scenario, hosts=args.hosts, seed=args.seed)
+        info = create_cluster(args.directory, args.scenario, hosts=args.hosts, seed=args.seed,
+                              host_faults=host_faults)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     print(f"created {args.directory}: scenario {info['scenario']}, {len(info['hosts'])} host(s) "
@@ -105,6 +116,8 @@ def cmd_sim_create(args: argparse.Namespace) -> int:
           f"{args.directory / 'profile.yaml'}, benchmarks {args.directory / 'bench.yaml'}")
     faults = yaml.safe_load((args.directory / "scenario.yaml").read_text())["faults"]
     print(f"  faults: {', '.join(faults) or 'none'} (known: {', '.join(FAULTS)})")
+    for host, extra in host_faults.items():
+        print(f"  {host} also: {', '.join(extra)}")
     return EXIT_OK
 
 

@@ -35,11 +35,14 @@ TRAINING_SHAPES = ("dense", "moe")
 
 
 def create_cluster(directory: Path, scenario_name: str, *, hosts: int | None = None,
-                   seed: int | None = None) -> dict[str, Any]:
+                   seed: int | None = None,
+                   host_faults: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Build the cluster of ``scenario_name`` in ``directory`` (new or empty); returns cluster.yaml.
 
-    ``ValueError`` for an unknown scenario, a bad host count or a non-empty directory; on any
-    error nothing is left in the directory.
+    ``host_faults`` adds faults to single hosts (``{"node05": ["deep_cstate_disabled"]}``:
+    one host made slow through a fact) on top of the scenario's, which every host has.
+    ``ValueError`` for an unknown scenario, host or fault, a bad host count or a non-empty
+    directory; on any error nothing is left in the directory.
     """
     scenario = load_scenario(scenario_name)
     scenario["hosts"] = scenario["hosts"] if hosts is None else hosts
@@ -50,18 +53,24 @@ def create_cluster(directory: Path, scenario_name: str, *, hosts: int | None = N
         raise ValueError(f"{directory}: exists and is not an empty directory")
     names = [f"node{i:0{max(2, len(str(scenario['hosts'])))}d}"
              for i in range(1, scenario["hosts"] + 1)]
+    extra = host_faults or {}
+    unknown = [host for host in extra if host not in names]
+    if unknown:
+        raise ValueError(f"--fault {unknown[0]}=...: no such host ({names[0]} .. {names[-1]})")
     try:
-        _build(directory.resolve(), scenario, names)
+        _build(directory.resolve(), scenario, names, extra)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
     return cluster_info(directory)
 
 
-def _build(directory: Path, scenario: dict[str, Any], names: list[str]) -> None:
+def _build(directory: Path, scenario: dict[str, Any], names: list[str],
+           host_faults: dict[str, list[str]]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name in names:
-        host = build_host(scenario["base"], scenario["faults"], directory / "hosts" / name)
+        faults = list(dict.fromkeys([*scenario["faults"], *host_faults.get(name, [])]))
+        host = build_host(scenario["base"], faults, directory / "hosts" / name)
         mkconfig(host)
         boot(host)
     (directory / "state").mkdir()
@@ -71,7 +80,8 @@ def _build(directory: Path, scenario: dict[str, Any], names: list[str]) -> None:
     _dump(directory / "bench.yaml", benchmarks(directory, TRAINING_SHAPES))
     _dump(directory / "nccl.yaml", collective_benchmarks(directory, scenario))
     _dump(directory / "cluster.yaml", {"name": directory.name, "scenario": scenario["name"],
-                                       "seed": scenario["seed"], "hosts": names})
+                                       "seed": scenario["seed"], "hosts": names,
+                                       "host_faults": host_faults})
 
 
 def _dump(path: Path, data: Any) -> None:
