@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +100,7 @@ def judge(values: Mapping[str, list[float]], confidence: float,
 
 def explain(verdicts: list[HostVerdict], found: list[Difference]) -> list[HostVerdict]:
     """The verdicts, each slow host with the facts where it differs from the majority."""
-    return [HostVerdict(v.host, v.runs, v.slowdown, v.low, v.high, v.slow,
-                        tuple(host_differences(v.host, found)) if v.slow else ())
+    return [replace(v, differs=tuple(host_differences(v.host, found))) if v.slow else v
             for v in verdicts]
 
 
