@@ -62,7 +62,7 @@ class Difference:
                            for v, h in self.others]}
 
     def line(self) -> str:
-        """``cpu.governor: powersave on node17 (majority: performance on node[01-16])``."""
+        """``cpu.governor: powersave on node17 (majority: performance on 16 hosts)``."""
         shown = "; ".join(f"{_text(v)} on {compress(h)}" for v, h in self.others)
         fact = self.fact + (f" ({self.items} items)" if self.items > 1 else "")
         if self.tie:
