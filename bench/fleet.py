@@ -28,6 +28,7 @@ reach every host: the benchmark stops with the command's output otherwise.
     python bench/fleet.py                                  # local 16, 64, 256; SSH 4, 16
     python bench/fleet.py --hosts 16 --ssh-hosts 4
     python bench/fleet.py --hosts 64 --ssh-hosts 0 --repeat 3 --mitogen
+    python bench/fleet.py --hosts 256 --ssh-hosts 0 --commands facts,differ
 """
 
 from __future__ import annotations
@@ -204,12 +205,12 @@ def measure(target: Target, variants: dict[str, dict[str, str]], profile: Path,
     walls: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.repeat):
         for variant, extra in variants.items():
-            for command in COMMANDS:
+            for command in args.commands:
                 seconds = time_command(command, target, profile, args.forks, {**env, **extra})
                 walls.setdefault((variant, command), []).append(seconds)
     for variant in variants:
         ping = statistics.median(walls[(variant, "ping")])
-        for command in COMMANDS:
+        for command in args.commands:
             wall = statistics.median(walls[(variant, command)])
             print(f"{target.transport:>9} {variant:>8} {target.count:>6} {command:>10} "
                   f"{wall:>8.1f} {1000 * wall / target.count:>12.0f} {wall / ping:>7.2f}",
@@ -249,6 +250,8 @@ def parse_args() -> argparse.Namespace:
                         help="SSH fleet sizes (repeatable; default 4, 16; 0: none)")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds per size")
     parser.add_argument("--forks", type=int, default=8)
+    parser.add_argument("--commands", default=",".join(COMMANDS[1:]), metavar="A,B",
+                        help=f"what to measure besides ping (default {','.join(COMMANDS[1:])})")
     parser.add_argument("--mitogen", action="store_true",
                         help="also measure with the mitogen_linear strategy")
     parser.add_argument("--no-bytecode-cache", action="store_true",
@@ -259,6 +262,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     """Build the inventories, run the rounds and print the table."""
     args = parse_args()
+    unknown = [c for c in args.commands.split(",") if c not in COMMANDS]
+    if unknown:
+        raise SystemExit(f"--commands: {unknown[0]} is not one of {', '.join(COMMANDS[1:])}")
+    args.commands = ["ping", *(c for c in COMMANDS[1:] if c in args.commands.split(","))]
     variants: dict[str, dict[str, str]] = {"linear": {}}
     if args.mitogen:
         extra = mitogen_env()
