@@ -102,7 +102,9 @@ def test_slow_nodes_bad_input_is_one_line(tmp_path):
             (["--bench", bench], "slow-nodes compares hosts with each other: give an inventory"),
             (["-i", inventory, "--bench", bench, "--runs", "2"], "at least 3 runs per host"),
             (["-i", inventory, "--bench", bench, "--shape", "gemm"], "--shape gemm: "),
-            (["-i", inventory, "--bench", bench, "--min-slowdown", "2"], "a fraction")):
+            (["-i", inventory, "--bench", bench, "--min-slowdown", "2"], "a fraction"),
+            (["-i", inventory, "--bench", bench, "--confidence", "1.5"],
+             "--confidence 1.5: a fraction between 0 and 1")):
         out = cli("slow-nodes", *args)
         assert out.returncode == 2, out.stdout + out.stderr
         lines = out.stderr.strip().splitlines()

@@ -14,7 +14,6 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.majority import differences
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
-from exemplar_tune.orchestration.experiments import check_measuring
 from exemplar_tune.orchestration.slow_nodes import (
     MIN_RUNS,
     MIN_SLOWDOWN,
@@ -66,7 +65,8 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
     """``exemplar-tune slow-nodes``."""
     if args.inventory is None:
         raise UserError("slow-nodes compares hosts with each other: give an inventory (-i)")
-    check_measuring(0, args.confidence, (MIN_RUNS, max(args.runs, MIN_RUNS)), "runs")
+    if not 0 < args.confidence < 1:
+        raise UserError(f"--confidence {args.confidence}: a fraction between 0 and 1, e.g. 0.9")
     if args.runs < MIN_RUNS:
         raise UserError(f"--runs {args.runs}: at least {MIN_RUNS} runs per host are needed "
                         "to know the noise")

@@ -62,7 +62,7 @@ from exemplar_tune.diagnose.base import (
     finding,
 )
 from exemplar_tune.diagnose.steplog import NoTiming, Sample, Series, lines_of
-from exemplar_tune.diagnose.steplog_formats import read_series, recognised
+from exemplar_tune.diagnose.steplog_formats import read_lines, read_series, recognised
 
 KIND = "step-time"
 CHECK_STALLS = "cpu.housekeeping-overlap"
@@ -323,8 +323,9 @@ def _accumulation(judged: list[Sample], cl: dict[str, Any]) -> str:
 
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     """The step-time report of a log; ``DiagnoseError`` (one line) when it cannot be made."""
+    lines = lines_of(text)  # split once: the job's series and each rank's come from it
     try:
-        series = read_series(text)
+        series = read_lines(lines)
     except NoTiming as exc:
         raise DiagnoseError(f"{source}: {exc}") from None
     n = len(series.samples)
@@ -339,7 +340,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         report = _rate_report(series, source, head)
     else:
         report = _time_report(series, source, head, expectations)
-    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines_of(text)))
+    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines))
     return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
