@@ -5,14 +5,30 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
+import yaml
 
 from exemplar_tune.errors import UserError
+from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.fleet.majority import Difference
-from exemplar_tune.orchestration.slow_nodes import explain, judge
+from exemplar_tune.orchestration.slow_nodes import (
+    explain,
+    judge,
+    measure_on_hosts,
+    node_value,
+    slow_groups,
+)
+from exemplar_tune.reports.prometheus import slow_nodes_text
 from exemplar_tune.sim.cluster import create_cluster
+from tests.corpus import REALWORLD
 from tests.test_cli import cli
+from tests.test_monitoring import tool
+
+NCCL_P5 = (REALWORLD / "nccl-tests"
+           / "aws-samples-awsome-distributed-training-readme-p5-srun-label-allreduce.txt")
 
 
 def fleet(slow: dict[str, float], hosts: int = 8, runs: int = 5, cv: float = 0.005,
@@ -65,6 +81,82 @@ def test_a_slow_host_is_explained_by_where_it_differs_from_the_majority():
     assert all(v.differs == () for v in explained[1:])
 
 
+def test_slow_hosts_that_differ_alike_are_folded_into_one_hostlist():
+    """Twelve hosts slowed by the same fact are one line, not twelve; a host slowed by
+    another fact stays its own group."""
+    slow = {f"node{i:02d}": 0.05 for i in range(3, 15)} | {"node40": 0.08}
+    verdicts = judge(fleet(slow, hosts=48, cv=0.003), 0.9)
+    powersave = tuple(f"node{i:02d}" for i in range(3, 15))
+    found = [Difference("cpu.governor", "performance", ("node01",), (("powersave", powersave),)),
+             Difference("fabric.ports_up", 4, ("node01",), ((3, ("node40",)),))]
+    groups = slow_groups(explain(verdicts, found))
+    assert [g.hosts for g in groups] == ["node40", "node[03-14]"]
+    assert groups[1].differs == ("cpu.governor=powersave (majority performance)",)
+    assert groups[1].line().startswith("node[03-14] (12 hosts): 4.")
+    assert "each beyond its interval" in groups[1].line()
+    assert groups[0].line().startswith("node40: 8.")
+
+
+def test_the_prometheus_output_is_valid_and_names_the_slow_host_and_its_facts(tmp_path):
+    verdicts = explain(judge(fleet({"node05": 0.06}), 0.9), [Difference(
+        "cpu.governor", "performance", ("node01",), (("powersave", ("node05",)),))])
+    text = slow_nodes_text({"hosts": [v.to_dict() for v in verdicts]}, now=1.5)
+    assert 'exemplar_tune_node_slow{host="node05"} 1' in text
+    assert 'exemplar_tune_node_slow{host="node01"} 0' in text
+    assert 'exemplar_tune_node_differs{host="node05",fact="cpu.governor"} 1' in text
+    assert text.count("exemplar_tune_node_differs{") == 1
+    checked = subprocess.run([tool("promtool"), "check", "metrics"], input=text, text=True,
+                             capture_output=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_node_run_is_read_from_what_it_printed():
+    """A real nccl-tests run (aws-samples, 16 x H100 over EFA): the time of its largest row;
+    Megatron lines: the median step time after the warm-up; anything else: the wall time."""
+    nccl = NCCL_P5.read_text()
+    value, what = node_value("command", {"output": nccl, "seconds": 9.0}, "n1")
+    assert what == "nccl-tests time (us)" and value > 1000
+    lines = "".join(f" iteration {i:8d}/      40 | elapsed time per iteration (ms): "
+                    f"{100.0 + (i > 10) * 5:.1f} | lm loss: 2.0E+00 |\n" for i in range(1, 31))
+    assert node_value("command", {"output": lines, "seconds": 9.0}, "n1") == (
+        105.0, "median step time (ms)")
+    assert node_value("command", {"output": "GEMM done: 812.4 TFLOPS\n", "seconds": 9.0},
+                      "n1") == (9.0, "wall time (s)")
+    assert node_value("cpu-loop", {"output": "", "seconds": 0.25}, "n1") == (0.25,
+                                                                              "wall time (s)")
+    row = next(line for line in nccl.splitlines() if "float     sum" in line)
+    wrong = nccl.replace(row, row[:-1] + "5", 1)  # its in-place #wrong: corrupt data
+    with pytest.raises(UserError, match="node benchmark on n1: wrong results"):
+        node_value("command", {"output": wrong, "seconds": 9.0}, "n1")
+
+
+@pytest.mark.system
+def test_the_node_benchmark_runs_the_hosts_command_or_the_cpu_loop_and_refuses_a_mix(tmp_path):
+    """Real Ansible, local hosts: a host without a command and without nccl-tests runs the
+    timed loop; hosts that ran different kinds cannot be compared; a command that fails is
+    one line naming the host and run."""
+    sysroot = str(REALWORLD.parent / "sysroots" / "h100-x86")
+    base = {"exemplar_sysroot": sysroot}
+    run = AnsibleRun(local_inventory(["a1", "a2", "a3"], {h: base for h in ("a1", "a2", "a3")}),
+                     timeout=300)
+    done = measure_on_hosts(run, 3)
+    assert not done.missing and sorted(done.values) == ["a1", "a2", "a3"]
+    assert done.measured == "cpu-loop: wall time (s)"
+    assert all(len(v) == 3 and all(0 < x < 60 for x in v) for v in done.values.values())
+    assert set(done.facts["a1"]) >= {"cpu", "gpu"}
+    echo = [sys.executable, "-c", "print('iteration 1/1 | elapsed time per iteration (ms): 5')"]
+    mixed = AnsibleRun(local_inventory(["a1", "a2", "a3"], {
+        "a1": base, "a2": base, "a3": {**base, "exemplar_node_bench_command": echo}}))
+    with pytest.raises(UserError, match=r"different node benchmarks: command on a3; "
+                                        r"cpu-loop on a\[1-2\]"):
+        measure_on_hosts(mixed, 3)
+    failing = AnsibleRun(local_inventory(["a1"], {"a1": {
+        **base, "exemplar_node_bench_command": [sys.executable, "-c", "raise SystemExit(3)"]}}))
+    lost = measure_on_hosts(failing, 3)
+    assert lost.missing["a1"].startswith("command run 1 of 3 (")
+    assert "exit status 3" in lost.missing["a1"]
+
+
 @pytest.mark.system
 def test_slow_nodes_finds_and_explains_a_host_whose_idle_state_is_disabled(tmp_path):
     """Eight simulated hosts; node05's deepest idle state disabled makes it about 4 % slower:
@@ -84,13 +176,35 @@ def test_slow_nodes_finds_and_explains_a_host_whose_idle_state_is_disabled(tmp_p
               "json")
     assert out.returncode == 1, out.stdout + out.stderr
     doc = json.loads(out.stdout)
-    assert doc["slow"] == "node05" and doc["shape"] == "dense"
+    assert doc["slow"] == "node05" and doc["measured"].startswith("dense")
     (slow,) = [h for h in doc["hosts"] if h["slow"]]
     assert slow["slowdown"] == pytest.approx(0.04, abs=0.015) and slow["interval"][0] > 0
     assert "cpu.cpuidle.deepest_state_disabled_anywhere=true (majority false)" in slow["differs"]
-    text = cli("slow-nodes", "-i", inventory, "--bench", bench, "--runs", "3")
-    assert text.returncode == 1
+    text = cli("slow-nodes", "-i", inventory)  # the node benchmark, in one pass
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "node benchmark, command: median step time (ms) x 5 runs" in text.stdout
     assert "  SLOW node05: " in text.stdout and "within the fleet: node[01-04,06-08]" in text.stdout
+    assert "cpu.cpuidle.deepest_state_disabled_anywhere=true (majority false)" in text.stdout
+    page = tmp_path / "slow.html"
+    html = cli("slow-nodes", "-i", inventory, "--format", "html", "--output", str(page))
+    assert html.returncode == 1 and html.stdout == ""
+    shown = page.read_text()
+    assert "<h3><span class=\"fail\">SLOW</span> node05</h3>" in shown
+    assert "deepest_state_disabled_anywhere=true" in shown
+
+
+@pytest.mark.system
+def test_slow_nodes_refuses_a_fleet_where_a_host_failed(tmp_path):
+    """A host whose benchmark fails is not left out of the comparison silently."""
+    directory = tmp_path / "c"
+    create_cluster(directory, "healthy", hosts=3)
+    inventory = yaml.safe_load((directory / "inventory.yml").read_text())
+    inventory["all"]["hosts"]["node02"]["exemplar_node_bench_command"] = ["false"]
+    (directory / "broken.yml").write_text(yaml.safe_dump(inventory))
+    out = cli("slow-nodes", "-i", str(directory / "broken.yml"), "--runs", "3")
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()[-1:]
+    assert "1 host(s) failed while running the node benchmark: node02 (command run 1 of 3" in line
 
 
 @pytest.mark.system
@@ -102,6 +216,7 @@ def test_slow_nodes_bad_input_is_one_line(tmp_path):
             (["--bench", bench], "slow-nodes compares hosts with each other: give an inventory"),
             (["-i", inventory, "--bench", bench, "--runs", "2"], "at least 3 runs per host"),
             (["-i", inventory, "--bench", bench, "--shape", "gemm"], "--shape gemm: "),
+            (["-i", inventory, "--shape", "gemm"], "--shape names a shape of a --bench file"),
             (["-i", inventory, "--bench", bench, "--min-slowdown", "2"], "a fraction"),
             (["-i", inventory, "--bench", bench, "--confidence", "1.5"],
              "--confidence 1.5: a fraction between 0 and 1")):

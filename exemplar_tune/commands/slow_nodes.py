@@ -17,25 +17,41 @@ from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
 from exemplar_tune.orchestration.slow_nodes import (
     MIN_RUNS,
     MIN_SLOWDOWN,
+    HostVerdict,
     explain,
     judge,
     measure,
+    measure_on_hosts,
     noise,
+    slow_groups,
 )
 from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.progress import say
+from exemplar_tune.reports.html import render as render_html
+from exemplar_tune.reports.prometheus import slow_nodes_text, write_atomically
 
 EPILOG = """examples:
-  exemplar-tune slow-nodes -i hosts.yml --bench node-bench.yaml
-  exemplar-tune slow-nodes -i hosts.yml --bench bench.yaml --shape gemm --runs 8 --format json
+  exemplar-tune slow-nodes -i hosts.yml                  the node benchmark, 5 runs per host
+  exemplar-tune slow-nodes -i hosts.yml --runs 8 --format json
+  exemplar-tune slow-nodes -i hosts.yml --format prometheus --output /var/lib/textfile/slow.prom
+  exemplar-tune slow-nodes -i hosts.yml --bench node-bench.yaml --shape gemm
 
-Each host runs the benchmark shape alone (EXEMPLAR_TUNE_HOSTS names it; a Slurm shape gets
-that one node), --runs rounds in a rotating order. Each host is compared with the pooled runs
-of all the others: its slowdown and an interval whose error is shared over all hosts. A host
-is slow when the whole interval lies above zero and the slowdown is at least --min-slowdown.
-Each slow host is then joined with the facts where it differs from the fleet's majority
-(facts --differ), no profile needed. Exit 1 when a host is slow.
-Try it: exemplar-tune sim create /tmp/c --hosts 8; see README "Slow nodes".
+Without --bench, every host runs the node benchmark on itself, all hosts at once (--forks),
+in the same Ansible pass that reads its facts: the host's exemplar_node_bench_command (an
+argument list in the inventory, e.g. your GEMM or single-node training step), else nccl-tests
+all_reduce_perf over its GPUs where installed, else a timed loop on one CPU core. The value of
+a run is the nccl-tests time of the largest row, the median step time of a training log it
+printed, or else its wall time. With --bench, a shape of a benchmark file runs from this
+machine once per host per round, that host alone (EXEMPLAR_TUNE_HOSTS names it; a Slurm shape
+gets that one node), the hosts in a rotating order.
+
+Each host is compared with the pooled runs of all the others: its slowdown and an interval
+whose error is shared over all hosts. A host is slow when the whole interval lies above zero
+and the slowdown is at least --min-slowdown. Each slow host is then joined with the facts
+where it differs from the fleet's majority (facts --differ), no profile needed; slow hosts
+that differ alike are folded into one hostlist. Exit 1 when a host is slow.
+Try it: exemplar-tune sim create /tmp/c --hosts 8 --fault node05=deep_cstate_disabled
+        exemplar-tune slow-nodes -i /tmp/c/inventory.yml      (README "Slow nodes")
 """
 
 
@@ -47,17 +63,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          "the facts where it differs from the majority.", epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_host_options(cmd)
-    cmd.add_argument("--bench", type=Path, required=True, metavar="FILE.yaml",
-                     help="benchmark file; a shape that runs on one host (its command sees "
-                     "EXEMPLAR_TUNE_HOSTS)")
-    cmd.add_argument("--shape", metavar="NAME", help="the shape to run (default: the first)")
+    cmd.add_argument("--bench", type=Path, metavar="FILE.yaml",
+                     help="benchmark file whose shape runs from here, one host at a time (its "
+                     "command sees EXEMPLAR_TUNE_HOSTS); default: the node benchmark on every "
+                     "host at once")
+    cmd.add_argument("--shape", metavar="NAME", help="with --bench: the shape to run (default: "
+                     "the first)")
     cmd.add_argument("--runs", type=int, default=5, metavar="N",
                      help=f"runs per host (default 5, at least {MIN_RUNS})")
     cmd.add_argument("--confidence", type=float, default=CONFIDENCE, metavar="FRACTION",
                      help=f"shared over all hosts (default {CONFIDENCE})")
     cmd.add_argument("--min-slowdown", type=float, default=MIN_SLOWDOWN, metavar="FRACTION",
                      help=f"smallest slowdown worth naming (default {MIN_SLOWDOWN})")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=("table", "json", "prometheus", "html"),
+                     default="table", help="prometheus: gauges for node_exporter's textfile "
+                     "collector; html: a page (default table)")
+    cmd.add_argument("--output", type=Path, metavar="FILE",
+                     help="write there (atomically) instead of standard output")
     cmd.set_defaults(func=cmd_slow_nodes)
 
 
@@ -72,20 +94,40 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
                         "to know the noise")
     if not 0 <= args.min_slowdown < 1:
         raise UserError(f"--min-slowdown {args.min_slowdown}: a fraction from 0 to 1")
-    spec = _shape(load_benchmarks(args.bench), args.shape, str(args.bench))
+    if args.shape and not args.bench:
+        raise UserError("--shape names a shape of a --bench file")
     run = facts_runner(args)
-    hosts_facts, missing = collect_facts(None, run, None)
-    if missing:
-        raise UserError("hosts unreachable while reading their facts: "
-                        + ", ".join(f"{h} ({why})" for h, why in sorted(missing.items())))
-    values = measure(run, spec, sorted(hosts_facts), args.runs, None, say)
+    if args.bench:
+        spec = _shape(load_benchmarks(args.bench), args.shape, str(args.bench))
+        hosts_facts, missing = collect_facts(None, run, None)
+        _refuse_missing(missing, "reading their facts")
+        values = measure(run, spec, sorted(hosts_facts), args.runs, None, say)
+        measured = f"{spec.name} ({args.bench})"
+    else:
+        say(f"slow-nodes: facts and {args.runs} node benchmark runs on every host ...")
+        done = measure_on_hosts(run, args.runs)
+        _refuse_missing(done.missing, "running the node benchmark")
+        hosts_facts, values, measured = done.facts, done.values, f"node benchmark, {done.measured}"
     verdicts = explain(judge(values, args.confidence, args.min_slowdown),
                        differences(hosts_facts))
-    doc = {"shape": spec.name, "runs": args.runs, "confidence": args.confidence,
-           "noise_cv": round(noise(values), 5), "hosts": [v.to_dict() for v in verdicts],
+    doc = {"measured": measured, "runs": args.runs, "confidence": args.confidence,
+           "min_slowdown": args.min_slowdown, "noise_cv": round(noise(values), 5),
+           "hosts": [v.to_dict() for v in verdicts],
            "slow": compress(v.host for v in verdicts if v.slow)}
-    _print(args, doc, verdicts)
+    text = render(doc, verdicts, args.format)
+    if args.output:
+        write_atomically(args.output, text)
+    else:
+        print(text, end="")
     return EXIT_FINDINGS if doc["slow"] else EXIT_OK
+
+
+def _refuse_missing(missing: dict[str, str], doing: str) -> None:
+    """A host lost on the way is a refusal: the others' comparison would leave it out."""
+    if missing:
+        raise UserError(f"{len(missing)} host(s) failed while {doing}: " + "; ".join(
+            f"{host} ({why})" for host, why in sorted(missing.items())[:8])
+            + ("; ..." if len(missing) > 8 else "") + " (--limit leaves hosts out)")
 
 
 def _shape(specs: list[BenchmarkSpec], name: str | None, source: str) -> BenchmarkSpec:
@@ -97,18 +139,27 @@ def _shape(specs: list[BenchmarkSpec], name: str | None, source: str) -> Benchma
     return found[0]
 
 
-def _print(args: argparse.Namespace, doc: dict, verdicts: list) -> None:
-    if args.format == "json":
-        print(json.dumps(doc, indent=2))
-        return
-    print(f"slow-nodes: {len(verdicts)} hosts, {doc['shape']} x {doc['runs']} runs each "
-          f"(run-to-run CV {doc['noise_cv']:.1%}), {doc['confidence']:.0%} confidence shared "
-          "over the hosts")
-    slow = [v for v in verdicts if v.slow]
-    for verdict in slow:
-        print(f"  SLOW {verdict.line()}")
-        for text in verdict.differs or ("differs from the majority in no fact read (facts "
-                                        "--differ): look outside the layers",):
-            print(f"       {text}")
+def render(doc: dict, verdicts: list[HostVerdict], fmt: str) -> str:
+    """The result in ``fmt``: table, json, prometheus or html."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "prometheus":
+        return slow_nodes_text(doc)
+    if fmt == "html":
+        return render_html("slow_nodes.html.j2", doc=doc, groups=slow_groups(verdicts))
+    return _table(doc, verdicts)
+
+
+def _table(doc: dict, verdicts: list[HostVerdict]) -> str:
+    lines = [f"slow-nodes: {len(verdicts)} hosts, {doc['measured']} x {doc['runs']} runs each "
+             f"(run-to-run CV {doc['noise_cv']:.1%}), {doc['confidence']:.0%} confidence "
+             "shared over the hosts"]
+    for group in slow_groups(verdicts):
+        lines.append(f"  SLOW {group.line()}")
+        lines += [f"       {text}" for text in group.differs
+                  or ("differs from the majority in no fact read (facts --differ): look "
+                      "outside the layers",)]
     rest = [v.host for v in verdicts if not v.slow]
-    print(f"  {len(slow)} slow; within the fleet: {compress(rest) or 'none'}")
+    slow = sum(v.slow for v in verdicts)
+    lines.append(f"  {slow} slow; within the fleet: {compress(rest) or 'none'}")
+    return "\n".join(lines) + "\n"

@@ -479,6 +479,12 @@ def _no_sample(why: str) -> _NoValue:
     return _NoValue(f"no sample found ({why})")
 
 
+def value_of(spec: BenchmarkSpec, out: str) -> float:
+    """The value ``spec``'s parser reads from a run's output; ``ValueError`` (one line) when it
+    reads none."""
+    return _parse(spec, out, "")[1]
+
+
 def _parse(spec: BenchmarkSpec, out: str, err: str) -> tuple[list[float], float]:
     """``(samples, value)`` from the command's output, by the shape's parser."""
     if not (out + err).strip():

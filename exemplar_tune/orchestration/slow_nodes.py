@@ -2,38 +2,66 @@
 the fleet, and the facts where a slow host differs from the majority
 (``exemplar-tune slow-nodes``).
 
-The benchmark is a shape of a benchmark file (the user's command, e.g. a single-node
-nccl-tests or a matrix multiply, or the simulated cluster's), run once per host per round with
-that host alone (``EXEMPLAR_TUNE_HOSTS``, and the inventory limited to it for Slurm shapes),
-the hosts in a rotating order so that a drift falls on every host alike. A run's value is
-time-like (throughput inverted).
+The benchmark is either
 
-A host is compared with the pooled runs of all other hosts (Welch, delta method, as the keep
-rule): its *slowdown* is how much longer its mean time is, with an interval at ``confidence``
-shared over all hosts (Bonferroni: each host's interval at ``1 - (1 - confidence) / N``). It is
-**slow** when the whole interval lies above zero and the slowdown is at least
-``min_slowdown``. Fewer than ``MIN_RUNS`` runs per host, or fewer than ``MIN_HOSTS`` hosts,
-cannot tell.
+* the node benchmark (:func:`measure_on_hosts`): playbook ``node_bench`` reads every host's
+  facts and runs ``exemplar.tune.node_bench`` there, ``runs`` times, all hosts at once (Ansible's
+  forks), in one pass; the host's ``exemplar_node_bench_command``, else nccl-tests
+  ``all_reduce_perf`` over its GPUs, else a timed loop on one core. A run's value is read from
+  its output (:func:`node_value`); or
+* a shape of a benchmark file (:func:`measure`: the user's command from the controller, e.g.
+  ``srun`` of a single-node nccl-tests), run once per host per round with that host alone
+  (``EXEMPLAR_TUNE_HOSTS``, and the inventory limited to it for Slurm shapes), the hosts in a
+  rotating order so that a drift falls on every host alike.
+
+A run's value is time-like (throughput inverted).
+
+A host is compared with the pooled runs of the other hosts that are not slow (Welch, delta
+method, as the keep rule; see :func:`judge`): its *slowdown* is how much longer its mean time
+is, with an interval at ``confidence`` shared over all hosts (Bonferroni: each host's interval
+at ``1 - (1 - confidence) / N``). It is **slow** when the whole interval lies above zero and
+the slowdown is at least ``min_slowdown``. Fewer than ``MIN_RUNS`` runs per host, or fewer
+than ``MIN_HOSTS`` hosts, cannot tell.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from exemplar_tune.diagnose.nccl_tests import parse_tests
+from exemplar_tune.diagnose.normalize import normalize
+from exemplar_tune.diagnose.steptime import parse_steps
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.ansible_run import AnsibleRun
+from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.majority import Difference, host_differences
-from exemplar_tune.orchestration.benchmark import BenchmarkSpec, run_benchmark
+from exemplar_tune.fleet.playbook_runs import playbook
+from exemplar_tune.orchestration.benchmark import BenchmarkSpec, run_benchmark, value_of
 from exemplar_tune.orchestration.stats import compare
 from exemplar_tune.orchestration.tune import HOSTS_VARIABLE, _time_like
 
 MIN_RUNS = 3
 MIN_HOSTS = 3
 MIN_SLOWDOWN = 0.01
+MAX_PASSES = 4
+NCCL_TIME = BenchmarkSpec("node", (), "nccl-tests", metric="time")
+STEP_TIME = BenchmarkSpec("node", (), "steptime")
+
+
+@dataclass(frozen=True)
+class NodeRuns:
+    """One pass of the node benchmark: facts and time-like run values per host, the hosts
+    that gave neither (one line each) and what was measured (``cpu-loop: seconds``)."""
+
+    facts: dict[str, dict]
+    values: dict[str, list[float]]
+    missing: dict[str, str]
+    measured: str
 
 
 @dataclass(frozen=True)
@@ -79,29 +107,128 @@ def measure(run: AnsibleRun, spec: BenchmarkSpec, hosts: list[str], runs: int,
     return values
 
 
+def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
+    """Every host's facts and ``runs`` runs of its node benchmark, in one Ansible pass.
+
+    The hosts must all run the same kind of benchmark; a fleet where some run nccl-tests and
+    others the CPU loop is a ``UserError`` naming which ran what.
+    """
+    outcome = run.playbook(Path(playbook("node_bench")), {"exemplar_node_bench_runs": runs})
+    facts: dict[str, dict] = {}
+    found: dict[str, tuple[str, list[dict]]] = {}
+    missing: dict[str, str] = {}
+    for host, result in outcome.hosts.items():
+        for task in result.tasks:
+            res = task["result"]
+            if isinstance(res.get("exemplar_tune_json"), str):
+                facts[host] = json.loads(res["exemplar_tune_json"])
+            elif task["status"] == "ok" and "kind" in res:
+                found[host] = (res["kind"], list(res["runs"]))
+        if host not in facts or host not in found:
+            missing[host] = result.message or "no benchmark result"
+    kinds: dict[str, list[str]] = {}
+    for host, (kind, _) in found.items():
+        kinds.setdefault(kind, []).append(host)
+    if len(kinds) > 1:
+        raise UserError("the hosts ran different node benchmarks: " + "; ".join(
+            f"{kind} on {compress(hosts)}" for kind, hosts in sorted(kinds.items()))
+            + " (set exemplar_node_bench_command for every host)")
+    values, units = {}, set()
+    for host, (kind, done) in found.items():
+        if host in facts:
+            read = [node_value(kind, one, host) for one in done]
+            values[host] = [value for value, _ in read]
+            units.update(unit for _, unit in read)
+    measured = f"{next(iter(kinds), 'nothing')}: {', '.join(sorted(units)) or '-'}"
+    return NodeRuns(facts, values, missing, measured)
+
+
+def node_value(kind: str, done: Mapping[str, Any], host: str) -> tuple[float, str]:
+    """A node benchmark run's time-like value and what it is: the time of the largest
+    nccl-tests row, the median step time of a training log (after the warm-up), else the
+    run's wall time (the CPU loop, or a command whose output is neither)."""
+    output = str(done.get("output") or "")
+    try:
+        if kind != "cpu-loop" and parse_tests(normalize(output)):
+            return value_of(NCCL_TIME, output), "nccl-tests time (us)"
+        if kind != "cpu-loop" and parse_steps(output)[0] not in ("", "plain"):
+            return value_of(STEP_TIME, output), "median step time (ms)"
+    except ValueError as exc:
+        raise UserError(f"node benchmark on {host}: {exc}") from None
+    return float(done["seconds"]), "wall time (s)"
+
+
 def judge(values: Mapping[str, list[float]], confidence: float,
           min_slowdown: float = MIN_SLOWDOWN) -> list[HostVerdict]:
-    """Every host against the pooled runs of the others, slowest first."""
+    """Every host against the pooled runs of the others, slowest first.
+
+    The others are the fleet's hosts that are not slow: the hosts found slow against all the
+    others are left out of everyone's reference and every host is judged again, until the set
+    of slow hosts stays the same (at most ``MAX_PASSES``), so that a rack of slow hosts does not
+    dilute its own slowdown. The reference always keeps at least half of the hosts.
+    """
     if len(values) < MIN_HOSTS:
         raise UserError(f"{len(values)} hosts: too few to tell a slow one (at least "
                         f"{MIN_HOSTS} needed)")
     if min(len(v) for v in values.values()) < MIN_RUNS:
         raise UserError(f"--runs: at least {MIN_RUNS} runs per host are needed to know the noise")
     each = 1.0 - (1.0 - confidence) / len(values)
-    verdicts = []
-    for host, mine in values.items():
-        others = [v for h, vs in values.items() if h != host for v in vs]
-        comp = compare(others, mine, higher_is_better=False, confidence=each)
-        slowdown, low, high = -comp.rel_change, -comp.ci_high, -comp.ci_low
-        verdicts.append(HostVerdict(host, tuple(mine), slowdown, low, high,
-                                    low > 0 and slowdown >= min_slowdown))
+    slow: set[str] = set()
+    for _ in range(MAX_PASSES):
+        verdicts = [_verdict(host, values, slow, each, min_slowdown) for host in values]
+        found = {v.host for v in verdicts if v.slow}
+        if found == slow or 2 * len(found) > len(values):
+            break
+        slow = found
     return sorted(verdicts, key=lambda v: -v.slowdown)
+
+
+def _verdict(host: str, values: Mapping[str, list[float]], left_out: set[str], each: float,
+             min_slowdown: float) -> HostVerdict:
+    others = [v for h, vs in values.items() if h != host and h not in left_out for v in vs]
+    comp = compare(others, values[host], higher_is_better=False, confidence=each)
+    slowdown, low, high = -comp.rel_change, -comp.ci_high, -comp.ci_low
+    return HostVerdict(host, tuple(values[host]), slowdown, low, high,
+                       low > 0 and slowdown >= min_slowdown)
 
 
 def explain(verdicts: list[HostVerdict], found: list[Difference]) -> list[HostVerdict]:
     """The verdicts, each slow host with the facts where it differs from the majority."""
     return [replace(v, differs=tuple(host_differences(v.host, found))) if v.slow else v
             for v in verdicts]
+
+
+@dataclass(frozen=True)
+class SlowGroup:
+    """Slow hosts that differ from the majority in the same facts (or in none)."""
+
+    verdicts: tuple[HostVerdict, ...]
+    differs: tuple[str, ...]
+
+    @property
+    def hosts(self) -> str:
+        return compress(v.host for v in self.verdicts)
+
+    def line(self) -> str:
+        """One host's verdict line; several hosts folded: ``node[03,07] (2 hosts): 4.1-6.3 %
+        slower, each beyond its interval``, with each host's interval for up to four."""
+        if len(self.verdicts) == 1:
+            return self.verdicts[0].line()
+        low = min(v.slowdown for v in self.verdicts)
+        high = max(v.slowdown for v in self.verdicts)
+        each = "; ".join(v.line() for v in self.verdicts) if len(self.verdicts) <= 4 else \
+            "each beyond its interval (--format json lists them)"
+        return (f"{self.hosts} ({len(self.verdicts)} hosts): {low:.1%} to {high:.1%} slower: "
+                f"{each}")
+
+
+def slow_groups(verdicts: list[HostVerdict]) -> list[SlowGroup]:
+    """The slow hosts, folded by the facts they differ in, the slowest group first."""
+    groups: dict[tuple[str, ...], list[HostVerdict]] = {}
+    for verdict in verdicts:
+        if verdict.slow:
+            groups.setdefault(verdict.differs, []).append(verdict)
+    return [SlowGroup(tuple(found), differs) for differs, found in groups.items()]
 
 
 def noise(values: Mapping[str, list[float]]) -> float:

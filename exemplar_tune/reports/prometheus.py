@@ -21,6 +21,11 @@ Series (every one a gauge):
 * ``exemplar_tune_host_status{host, command, status}``: 1, one series per host: ``ok``,
   ``failed`` (it answered, the run failed there) or ``unreachable``; a host that could not be
   checked is never a row of zeros;
+* ``slow-nodes``: ``exemplar_tune_node_slowdown_ratio{host}`` (how much longer the host's
+  benchmark runs take than the rest of the fleet's, 0.061 for 6.1 %) with
+  ``exemplar_tune_node_slowdown_low_ratio`` and ``..._high_ratio`` (its interval),
+  ``exemplar_tune_node_slow{host}`` (1 slow, 0 not) and ``exemplar_tune_node_differs{host,
+  fact}`` (1 for each fact where a slow host differs from the fleet's majority);
 * ``exemplar_tune_run_timestamp_seconds{command}`` and ``exemplar_tune_run_info{command,
   profile, version}`` (always 1): when the file was written (Unix time, to the millisecond),
   by what.
@@ -64,6 +69,12 @@ _HELP = {
     "exemplar_tune_layer_status": "1 for the layer's state on the host, named in status.",
     "exemplar_tune_host_status": "1 for the host's state, named in status (ok, failed, "
                                  "unreachable).",
+    "exemplar_tune_node_slowdown_ratio": "How much longer the host's benchmark runs take "
+                                         "than the rest of the fleet's (slow-nodes).",
+    "exemplar_tune_node_slowdown_low_ratio": "Low end of the slowdown's interval.",
+    "exemplar_tune_node_slowdown_high_ratio": "High end of the slowdown's interval.",
+    "exemplar_tune_node_slow": "1 when the host is slower than the fleet beyond its noise.",
+    "exemplar_tune_node_differs": "1 for a fact where a slow host differs from the majority.",
     "exemplar_tune_run_timestamp_seconds": "When exemplar-tune wrote this file (Unix time).",
     "exemplar_tune_run_info": "The exemplar-tune command and profile behind this file.",
 }
@@ -171,6 +182,22 @@ def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = No
     samples += _hosts("audit", {**dict.fromkeys(doc["hosts"], "ok"),
                                 **dict.fromkeys(doc.get("failed") or {}, "failed"),
                        **dict.fromkeys(doc.get("unreachable") or {}, "unreachable")})
+    return _text(samples)
+
+
+def slow_nodes_text(doc: Mapping[str, Any], now: float | None = None) -> str:
+    """A slow-nodes result (``slow-nodes --format json``'s document) as textfile metrics."""
+    samples = _run("slow-nodes", "none", now)
+    for host in doc["hosts"]:
+        label = {"host": host_label(host["host"])}
+        low, high = host["interval"]
+        samples += [("exemplar_tune_node_slowdown_ratio", label, host["slowdown"]),
+                    ("exemplar_tune_node_slowdown_low_ratio", label, low),
+                    ("exemplar_tune_node_slowdown_high_ratio", label, high),
+                    ("exemplar_tune_node_slow", label, int(host["slow"]))]
+        samples += [("exemplar_tune_node_differs", {**label, "fact": fact}, 1)
+                    for fact in dict.fromkeys(d.partition("=")[0] for d in host["differs"])]
+    samples += _hosts("slow-nodes", {h["host"]: "ok" for h in doc["hosts"]})
     return _text(samples)
 
 

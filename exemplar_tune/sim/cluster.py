@@ -6,7 +6,8 @@ Layout of ``DIR`` after :func:`create_cluster`::
     scenario.yaml    the scenario, seed included (every model parameter in one file)
     hosts/NAME/      one sysroot tree per host, in the kernel's layout
     inventory.yml    the hosts for Ansible: local connection, each with its sysroot and the
-                     command that boots it (``exemplar_boot_command``)
+                     command that boots it (``exemplar_boot_command``) and its node
+                     benchmark (``exemplar_node_bench_command``)
     profile.yaml     the profile tune works towards, with the workloads' reference figures
     bench.yaml       the training shapes (``exemplar-tune sim bench DIR --workload ...``)
     nccl.yaml        the nccl-tests shapes, for ``sweep``
@@ -107,10 +108,18 @@ def inventory(directory: Path, names: list[str]) -> dict[str, Any]:
                                                  root],
                        "exemplar_bootloader_command": [sys.executable, "-m",
                                                        "exemplar_tune.sim.boot", "--mkconfig",
-                                                       root]}
+                                                       root],
+                       "exemplar_node_bench_command": node_bench_command(directory, name)}
     return {"all": {"vars": {"ansible_connection": "local",
                              "ansible_python_interpreter": sys.executable},
                     "hosts": hosts}}
+
+
+def node_bench_command(directory: Path, host: str) -> list[str]:
+    """What ``exemplar.tune.node_bench`` runs on a simulated host: the dense workload on that
+    host alone (its Megatron lines; ``slow-nodes`` reads the median step time)."""
+    return [sys.executable, "-m", "exemplar_tune.cli", "sim", "bench", str(directory),
+            "--workload", "dense", "--steps", "20", "--hosts", host]
 
 
 def cluster_profile(scenario: dict[str, Any]) -> dict[str, Any]:

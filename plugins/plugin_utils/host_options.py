@@ -27,6 +27,7 @@ HOST_VARIABLES = {
     "profile_by_arch": "exemplar_profile_by_arch",
     "run_id": "exemplar_run_id",
     "claim": "exemplar_claim",
+    "bench_command": "exemplar_node_bench_command",
 }
 # earlier names of those variables, still read (with a deprecation warning)
 RENAMED = {"exemplar_audit_layers": "exemplar_layers"}
