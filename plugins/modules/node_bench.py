@@ -37,12 +37,8 @@ options:
     description: Seconds one run may take.
     type: float
     default: 600
-attributes:
-  check_mode:
-    support: full
-    description: The benchmark runs in check mode too; it changes nothing.
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - exemplar.tune.attributes.reads
 """
 
 EXAMPLES = r"""
