@@ -4,14 +4,18 @@ logs the simulated cluster writes per rank, and where the data cannot tell."""
 from __future__ import annotations
 
 import json
+import random
+import re
+from pathlib import Path
 
 import pytest
 
-from exemplar_tune.diagnose import diagnose_text
+from exemplar_tune.diagnose import diagnose_job, diagnose_text, file_labels
 from exemplar_tune.sim.cluster import create_cluster
 from tests.corpus import REALWORLD
 from tests.test_cli import cli
 
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
 TITAN_H200 = REALWORLD / "steptime" / "orangingq-torchtitan-h200-4gpu-llama8b-1f1b-rank-prefix.log"
 
 
@@ -89,3 +93,90 @@ def test_the_data_cannot_tell(hosts, steps, message):
 def test_a_single_rank_log_has_no_such_finding():
     report = diagnose_text(megatron({"node01": [1000.0] * 10}), "x")
     assert not [f for f in report.findings if f.check_id == "workload.slow-ranks"]
+
+
+def split_by_rank(text: str, directory: Path) -> list[str]:
+    """A torchrun log written as one file per rank, its ``[rankN]:`` prefixes removed (as
+    torchrun --log-dir keeps them); lines of no rank go to the first file."""
+    by_rank: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        found = RANK_PREFIX.match(line)
+        by_rank.setdefault(found[1] if found else "", []).append(line[found.end():] if found
+                                                                   else line)
+    unnamed = by_rank.pop("", [])
+    directory.mkdir()
+    paths = []
+    for index, (rank, lines) in enumerate(sorted(by_rank.items())):
+        path = directory / f"rank{rank}.log"
+        path.write_text("\n".join((unnamed if index == 0 else []) + lines) + "\n")
+        paths.append(str(path))
+    return paths
+
+
+def test_one_file_per_rank_reads_as_the_interleaved_log_does(tmp_path):
+    """The real 4-rank torchtitan capture, split into one file per rank: the same ranks,
+    iterations and verdict as the interleaved file, each rank named by its file."""
+    paths = split_by_rank(TITAN_H200.read_text(), tmp_path / "ranks")
+    assert len(paths) == 4
+    found = slow_ranks(diagnose_job([str(tmp_path / "ranks")]))
+    interleaved = slow_ranks(diagnose_text(TITAN_H200.read_text(), TITAN_H200.name))
+    assert found.status == interleaved.status == "pass"
+    assert found.values["ranks"] == 4 and found.values["steps"] == 20
+    assert diagnose_job(paths).summary["input"]["source_names"] == [
+        "rank0", "rank1", "rank2", "rank3"]
+
+
+def test_the_slow_rank_of_per_host_files_is_named_with_its_own_file_and_lines(tmp_path):
+    """Simulated per-rank output of a cluster whose node05 is slowed by a fact, one file per
+    host: node05 is named and its evidence is node05's own lines."""
+    create_cluster(tmp_path / "f", "h100-qps-incumbent", hosts=8,
+                   host_faults={"node05": ["deep_cstate_disabled"]})
+    out = cli("sim", "bench", str(tmp_path / "f"), "--workload", "dense", "--per-rank")
+    files = tmp_path / "logs"
+    files.mkdir()
+    for host in [f"node{i:02d}" for i in range(1, 9)]:
+        (files / f"{host}.out").write_text("".join(
+            line.split(": ", 1)[1] + "\n" for line in out.stdout.splitlines()
+            if line.startswith(f"{host}: ")))
+    shown = cli("diagnose", "--ranks", str(files), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    (report,) = json.loads(shown.stdout)["reports"]
+    (found,) = [f for f in report["findings"] if f["check_id"] == "workload.slow-ranks"]
+    assert found["status"] == "warn" and [s["rank"] for s in found["values"]["slow"]] == [
+        "node05"]
+    (cited,) = found["evidence"]  # node05's own lines: numbers within its 40-line file
+    assert cited.startswith("node05:")
+    assert all(int(n) <= 40 for n in re.findall(r"\d+", cited.removeprefix("node05:")))
+    assert report["source"] == f"{files} (8 files)"
+
+
+def test_ranks_that_disagree_too_much_cannot_tell():
+    """Ranks whose step times scatter by about 8 % at every iteration: a rank 10 % slower
+    could hide there, so the finding says the data cannot tell rather than pass."""
+    rng = random.Random(3)
+    times = {f"node{i:02d}": [1000.0 * (1 + rng.gauss(0, 0.08)) for _ in range(20)]
+             for i in range(1, 9)}
+    found = slow_ranks(diagnose_text(megatron(times), "x"))
+    assert found.status == "info" and "too noisy to tell a slow rank" in found.message
+
+
+@pytest.mark.parametrize(("files", "labels"), [
+    (["logs/attempt_0/0/stdout.log", "logs/attempt_0/1/stdout.log"], ["0", "1"]),
+    (["out/job-77-node03.out", "out/job-77-node10.out"], ["job-77-node03", "job-77-node10"]),
+    (["a/rank0.log", "b/rank0.log"], ["a", "b"]),
+])
+def test_each_file_of_a_job_gets_a_short_unique_name(files, labels):
+    assert file_labels([Path(f) for f in files]) == labels
+
+
+def test_ranks_bad_input_is_one_line(tmp_path):
+    one = tmp_path / "one.log"
+    one.write_text(megatron({"node01": [1000.0] * 10}))
+    for args, message in ((["--ranks", str(one)], "--ranks: 1 file(s) found"),
+                          (["--ranks", str(one), str(one), "--compare"],
+                           "--ranks reads one job's files together"),
+                          (["--ranks", str(one), str(tmp_path / "missing.log")],
+                           "missing.log not found")):
+        out = cli("diagnose", *args)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr

@@ -7,7 +7,12 @@ import json
 import sys
 
 from exemplar_tune.commands import SUMMARIES
-from exemplar_tune.diagnose import DiagnoseError, compare_reports, diagnose_paths
+from exemplar_tune.diagnose import (
+    DiagnoseError,
+    compare_reports,
+    diagnose_job,
+    diagnose_paths,
+)
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 
 
@@ -23,13 +28,18 @@ DIAGNOSE_EPILOG = """examples:
   exemplar-tune diagnose before.txt after.txt --compare   two nccl-tests runs, ratio per size
   exemplar-tune diagnose stats.txt report.sqlite           nsys stats output, nsys export
   exemplar-tune diagnose a.sqlite b.sqlite --compare       NCCL kernel time per collective
+  exemplar-tune diagnose --ranks logs/                     one job, one step log per rank or host
 
 Recognised from the content: turbostat, numastat (default and -p), perf report/top,
 step-time logs (Megatron-LM, NeMo/Lightning, torchtitan, DeepSpeed, HF Trainer, litgpt, tqdm,
 one number per line), nccl-tests, NCCL_DEBUG=INFO logs,
 nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML,
 nsys stats reports (text, --format csv) and nsys SQLite exports (--type sqlite).
-Every finding names the layer and the preflight check it bears on.
+Every finding names the layer and the preflight check it bears on. A log holding several
+ranks' lines (launcher prefixes: srun --label, torchrun, OpenMPI, Ray, 'HOST: ') is also read
+rank by rank: workload.slow-ranks names the ranks that log slower steps again and again.
+--ranks reads a job's files (one per rank or host, or their directory) together, each file's
+name standing for its rank.
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """
 
@@ -42,6 +52,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("files", nargs="+", metavar="FILE",
                      help="a captured output (a regular file; - reads standard input)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--ranks", action="store_true",
+                     help="the files (or directories of files) are one job's logs, one per "
+                     "rank or host: one report, each line named by its file")
     cmd.add_argument("--compare", action="store_true",
                      help="with two nccl-tests files: busbw ratio per size (second / first); "
                      "with two nsys reports: mean NCCL kernel time per collective")
@@ -50,7 +63,15 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """``exemplar-tune diagnose``."""
-    reports, errors = diagnose_paths(args.files)
+    if args.ranks and args.compare:
+        raise UserError("--ranks reads one job's files together; --compare takes two reports")
+    if args.ranks:
+        try:
+            reports, errors = [diagnose_job(args.files)], []
+        except DiagnoseError as exc:
+            raise UserError(str(exc)) from None
+    else:
+        reports, errors = diagnose_paths(args.files)
     if not reports:
         raise UserError(errors[0] if len(errors) == 1 else
                         f"none of the {len(errors)} files could be read: {'; '.join(errors)}")

@@ -9,6 +9,7 @@ a layer and a check id, so a file's findings line up with the preflight checks.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from exemplar_tune.diagnose import (
@@ -31,13 +32,14 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
-from exemplar_tune.diagnose.normalize import normalize, strip_ansi
+from exemplar_tune.diagnose.normalize import join, natural, normalize, strip_ansi
 from exemplar_tune.diagnose.nsys_judge import compare_nsys
 from exemplar_tune.errors import UserError
-from exemplar_tune.inputs import read_input_bytes
+from exemplar_tune.inputs import MAX_INPUT, read_input_bytes
 
 __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
-           "compare_nsys", "compare_reports", "detect", "diagnose_paths", "diagnose_text"]
+           "compare_nsys", "compare_reports", "detect", "diagnose_job", "diagnose_paths",
+           "diagnose_text", "file_labels"]
 
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
@@ -107,6 +109,55 @@ def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None
         except (UserError, DiagnoseError) as exc:
             errors.append(str(exc))
     return reports, errors
+
+
+def diagnose_job(paths: list[str]) -> Report:
+    """One report of one job's logs, one file per rank or per host (a directory stands for
+    every regular file under it), read together as one interleaved log whose lines name
+    their file (:func:`~exemplar_tune.diagnose.normalize.join`); ``UserError`` (one line)
+    for a file that cannot be read, ``DiagnoseError`` for content that cannot be read."""
+    files = job_files(paths)
+    if len(files) < 2:
+        raise UserError(f"--ranks: {len(files)} file(s) found in {' '.join(paths)}; give the "
+                        "files of a job's ranks or hosts (or their directory)")
+    names = file_labels(files)
+    parts, total = [], 0
+    for path, name in zip(files, names, strict=True):
+        data = read_input_bytes(path, "capture").decode("utf-8", errors="replace")
+        total += len(data)
+        if total > MAX_INPUT:
+            raise UserError(f"--ranks: the files hold more than {MAX_INPUT >> 20} MiB together; "
+                            "give fewer ranks or the part of each log that matters")
+        parts.append((name, data))
+    source = f"{' '.join(paths)} ({len(files)} files)"
+    return diagnose_text(join(parts), source)
+
+
+def job_files(paths: list[str]) -> list[Path]:
+    """The files ``paths`` name, each directory replaced by the regular files under it
+    (hidden ones left out), in natural order (``rank2`` before ``rank10``)."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found += sorted((p for p in path.rglob("*") if p.is_file() and not any(
+                part.startswith(".") for part in p.relative_to(path).parts)),
+                key=lambda p: natural(str(p)))
+        else:
+            found.append(path)
+    return found
+
+
+def file_labels(files: list[Path]) -> list[str]:
+    """Short unique names of a job's files: their paths without the parts all of them share
+    at the start or the end, and without suffixes (``logs/0/stdout.log`` -> ``0``)."""
+    parts = [list(p.with_name(p.name.split(".")[0] or p.name).parts) for p in files]
+    while all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) == 1:
+        parts = [p[1:] for p in parts]
+    while all(len(p) > 1 for p in parts) and len({p[-1] for p in parts}) == 1:
+        parts = [p[:-1] for p in parts]
+    labels = ["/".join(p) for p in parts]
+    return labels if len(set(labels)) == len(labels) else [str(p) for p in files]
 
 
 def compare_reports(reports: list[Report]) -> dict[str, Any]:

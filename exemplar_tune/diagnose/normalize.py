@@ -62,10 +62,11 @@ class CleanText(str):
     sources: tuple[str | None, ...]
     stripped: dict[str, int]
     noise: dict[str, int]
+    files: tuple[tuple[str, int], ...] = ()  # several files joined: see :func:`join`
 
     def described(self) -> dict[str, object]:
         """What a report says about the input: prefixes and noise removed, sources seen."""
-        seen = sorted({s for s in self.sources if s}, key=_natural)
+        seen = sorted({s for s in self.sources if s}, key=natural)
         out: dict[str, object] = {}
         if self.stripped:
             out["prefixes_removed"] = dict(self.stripped)
@@ -95,6 +96,34 @@ def normalize(text: str) -> CleanText:
     clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
     clean.noise = dict(noise)
     return clean
+
+
+def join(parts: list[tuple[str, str]]) -> CleanText:
+    """Several files of one job, ``(name, text)`` each (one file per rank or per host), as one
+    normalized text. A line's source is its file's name, followed by the source its own
+    prefixes give (``node03`` with torchrun's ``[default2]:`` is ``node03 local rank 2``);
+    ``files`` holds each file's name and the joined line number its first line became."""
+    cleans = [(name, normalize(text)) for name, text in parts]
+    joined = CleanText("\n".join(clean for _, clean in cleans))
+    joined.raw = "\n".join(clean.raw for _, clean in cleans)
+    joined.sources = tuple(f"{name} {own}" if own else name
+                           for name, clean in cleans for own in clean.sources)
+    stripped: Counter[str] = Counter()
+    noise: Counter[str] = Counter()
+    files, first = [], 1
+    for name, clean in cleans:
+        stripped.update(clean.stripped)
+        noise.update(clean.noise)
+        files.append((name, first))
+        first += len(clean.sources)
+    joined.stripped, joined.noise, joined.files = dict(stripped), dict(noise), tuple(files)
+    return joined
+
+
+def place(files: tuple[tuple[str, int], ...], line: int) -> tuple[str, int]:
+    """Which file of a :func:`join`-ed text line ``line`` came from, and its number there."""
+    name, first = next((f for f in reversed(files) if f[1] <= line), files[0])
+    return name, line - first + 1
 
 
 def strip_ansi(text: str) -> str:
@@ -162,6 +191,7 @@ def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:
     return line, kinds, source or None
 
 
-def _natural(name: str) -> list[object]:
+def natural(name: str) -> list[object]:
+    """A sort key that orders the numbers in a name by value (``rank2`` before ``rank10``)."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 

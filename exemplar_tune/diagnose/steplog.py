@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from exemplar_tune.diagnose.base import DiagnoseError
+from exemplar_tune.diagnose.normalize import natural
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?")
 _EPOCH = datetime(1970, 1, 1)
@@ -113,7 +114,7 @@ def events(lines: list[Line]) -> list[tuple[int, str]]:
 
 def one_source(records: list[Record]) -> tuple[list[Record], str]:
     """The records of one source when several log steps (the lowest rank), and a note."""
-    names = sorted({r.source for r in records if r.source}, key=_natural)
+    names = sorted({r.source for r in records if r.source}, key=natural)
     if len(names) <= 1:
         return records, ""
     keep = [r for r in records if r.source == names[0]]
@@ -181,7 +182,3 @@ def step_of(token: str) -> int | None:
     """A logged step count (``2e+3`` is 2000), or ``None`` when it cannot be one."""
     value = number(token)
     return int(value) if math.isfinite(value) and 0 <= value < 1e15 else None
-
-
-def _natural(name: str) -> list[object]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

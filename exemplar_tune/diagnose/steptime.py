@@ -340,7 +340,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         report = _rate_report(series, source, head)
     else:
         report = _time_report(series, source, head, expectations)
-    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines))
+    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines), getattr(text, "files", ()))
     return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
