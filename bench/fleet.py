@@ -4,6 +4,9 @@ SSH, against ``ping``.
 
 For each inventory size it runs ``ansible all -m ping``, ``exemplar-tune facts`` (every
 layer), ``exemplar-tune facts --differ`` (the same facts, compared host against host),
+``exemplar-tune slow-nodes`` (the facts and three runs of the node benchmark on every host in
+one pass, then the judging; the benchmark is ``true``, so what it costs beyond its own run
+time is its whole wall time),
 ``exemplar-tune preflight`` (all layers), ``exemplar-tune audit`` (every layer in
 check mode: one module call per host) and ``exemplar-tune apply --layer cpu`` (one layer,
 journaled; the hosts already match, so it plans, compares and writes nothing) on the same
@@ -28,7 +31,7 @@ reach every host: the benchmark stops with the command's output otherwise.
     python bench/fleet.py                                  # local 16, 64, 256; SSH 4, 16
     python bench/fleet.py --hosts 16 --ssh-hosts 4
     python bench/fleet.py --hosts 64 --ssh-hosts 0 --repeat 3 --mitogen
-    python bench/fleet.py --hosts 256 --ssh-hosts 0 --commands facts,differ
+    python bench/fleet.py --hosts 256 --ssh-hosts 0 --commands facts,differ,slow-nodes
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ PROFILE = {"name": "bench-h100",
                    "numa_balancing": 0},
            "fabric": {"nccl": {"NCCL_IB_QPS_PER_CONNECTION": "4"}}}
 # the fixture trees keep their Slurm job under system.slice: allow confining it (as the tests)
-HOSTVARS = {"cpu_housekeeping_allow_job_units": True}
-COMMANDS = ("ping", "facts", "differ", "preflight", "audit", "apply")
+HOSTVARS = {"cpu_housekeeping_allow_job_units": True, "exemplar_node_bench_command": ["true"]}
+COMMANDS = ("ping", "facts", "differ", "slow-nodes", "preflight", "audit", "apply")
 BIN = Path(sys.executable).parent
 
 
@@ -162,6 +165,9 @@ def argv_for(command: str, inventory: Path, profile: Path, forks: int) -> list[s
                 "-f", str(forks), "-o"]
     if command == "differ":
         return [str(BIN / "exemplar-tune"), "facts", "--differ", "-i", str(inventory),
+                "--format", "json", "--forks", str(forks)]
+    if command == "slow-nodes":
+        return [str(BIN / "exemplar-tune"), "slow-nodes", "-i", str(inventory), "--runs", "3",
                 "--format", "json", "--forks", str(forks)]
     layer = ["--layer", "cpu"] if command == "apply" else []
     target = [] if command == "facts" else ["--profile", str(profile)]

@@ -4,10 +4,11 @@ the fleet, and the facts where a slow host differs from the majority
 
 The benchmark is either
 
-* the node benchmark (:func:`measure_on_hosts`): playbook ``node_bench`` reads every host's
-  facts and runs ``exemplar.tune.node_bench`` there, ``runs`` times, all hosts at once (Ansible's
-  forks), in one pass; the host's ``exemplar_node_bench_command``, else nccl-tests
-  ``all_reduce_perf`` over its GPUs, else a timed loop on one core. A run's value is read from
+* the node benchmark (:func:`measure_on_hosts`): playbook ``node_bench`` runs
+  ``exemplar.tune.node_bench`` on every host at once (Ansible's forks), one call per host that
+  reads the host's facts and then runs the benchmark ``runs`` times: the host's
+  ``exemplar_node_bench_command``, else nccl-tests ``all_reduce_perf`` over its GPUs, else a
+  timed loop on one core. A run's value is read from
   its output (:func:`node_value`); or
 * a shape of a benchmark file (:func:`measure`: the user's command from the controller, e.g.
   ``srun`` of a single-node nccl-tests), run once per host per round with that host alone
@@ -120,9 +121,8 @@ def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
     for host, result in outcome.hosts.items():
         for task in result.tasks:
             res = task["result"]
-            if isinstance(res.get("exemplar_tune_json"), str):
+            if task["status"] == "ok" and isinstance(res.get("exemplar_tune_json"), str):
                 facts[host] = json.loads(res["exemplar_tune_json"])
-            elif task["status"] == "ok" and "kind" in res:
                 found[host] = (res["kind"], list(res["runs"]))
         if host not in facts or host not in found:
             missing[host] = result.message or "no benchmark result"

@@ -1,5 +1,6 @@
 """Action of ``exemplar.tune.node_bench``: ``bench_command`` from the host's
-``exemplar_node_bench_command`` when the task leaves it out."""
+``exemplar_node_bench_command``, and ``sysroot``, ``bmc`` and ``layers`` as for
+``exemplar.tune.facts``, when the task leaves them out."""
 
 from __future__ import annotations
 
@@ -9,4 +10,4 @@ from ansible_collections.exemplar.tune.plugins.plugin_utils.host_options import 
 class ActionModule(HostOptionsAction):
     """Runs ``exemplar.tune.node_bench``."""
 
-    OPTIONS = ("bench_command",)
+    OPTIONS = ("bench_command", "sysroot", "bmc", "layers")

@@ -19,6 +19,9 @@ description:
     itself (what the core's frequency policy, turbo and idle states give it)."
   - A run that exits non-zero, is killed or takes longer than C(timeout) fails the task with
     one line naming the run.
+  - "With C(facts: true) it first reads the facts of the layers C(layers) names, as
+    C(exemplar.tune.facts) with C(as_json) does (C(exemplar_tune_json)): the state the runs
+    ran in, in the same call (C(exemplar-tune slow-nodes) reads both in one pass)."
 version_added: "0.2.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
@@ -37,8 +40,20 @@ options:
     description: Seconds one run may take.
     type: float
     default: 600
+  facts:
+    description: Also return the host's facts (C(exemplar_tune_json)), read before the runs.
+    type: bool
+    default: false
+  layers:
+    description: With C(facts), the layers to read (default every layer).
+    type: list
+    elements: str
+    choices: [gpu, vm, cpu, runtime, fabric, workload]
+    default: [gpu, vm, cpu, runtime, fabric, workload]
 extends_documentation_fragment:
   - exemplar.tune.attributes.reads
+  - exemplar.tune.facts
+  - exemplar.tune.bmc
 """
 
 EXAMPLES = r"""
@@ -53,6 +68,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+exemplar_tune_json:
+  description: With C(facts), the facts of the layers read, as one JSON text.
+  returned: when facts is true
+  type: str
 kind:
   description: C(command), C(nccl-tests) or C(cpu-loop).
   returned: always
@@ -71,6 +90,7 @@ runs:
 """
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -78,6 +98,10 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.exemplar.tune.plugins.module_utils.glue.facts_module import (
+    facts_options,
+    module_facts,
+)
 
 OUTPUT_TAIL = 64 << 10
 NCCL_TESTS_DIRS = ("/opt/nccl-tests/build",)
@@ -128,10 +152,14 @@ def main() -> None:
         "runs": {"type": "int", "default": 5},
         "bench_command": {"type": "list", "elements": "str", "default": []},
         "timeout": {"type": "float", "default": 600.0},
+        "facts": {"type": "bool", "default": False},
+        **facts_options(),
     }, supports_check_mode=True)
     runs = module.params["runs"]
     if runs < 1:
         module.fail_json(msg=f"runs {runs}: at least 1")
+    read = {"exemplar_tune_json": json.dumps(module_facts(module))} if module.params[
+        "facts"] else {}
     argv = list(module.params["bench_command"]) or nccl_tests_argv()
     kind = "command" if module.params["bench_command"] else "nccl-tests" if argv else "cpu-loop"
     done = []
@@ -144,7 +172,7 @@ def main() -> None:
         except RuntimeError as exc:
             module.fail_json(msg=f"{kind} run {index} of {runs} ({argv[0]}): {exc}",
                              kind=kind, argv=argv, runs=done)
-    module.exit_json(changed=False, kind=kind, argv=argv, runs=done)
+    module.exit_json(changed=False, kind=kind, argv=argv, runs=done, **read)
 
 
 if __name__ == "__main__":
