@@ -67,6 +67,9 @@ def test_demo_closes_the_gap_and_leaves_nothing_outside_its_directory(tmp_path):
     assert "vm: baseline run 1/3" in out.stderr  # the loop's own steps are still shown
     assert "== preflight" in out.stdout
     assert "FAIL  vm.cmdqv-params  2/2 hosts  node[01-02]" in out.stdout
+    slow = out.stdout.split("== slow nodes: 8 hosts, node05 made slow by a fact")[1]
+    assert "\n  SLOW node05: " in slow and "within the fleet: node[01-04,06-08]" in slow
+    assert "cpu.cpuidle.deepest_state_disabled_anywhere=true (majority false)" in slow
     assert list(home.iterdir()) == [] and list(temp.iterdir()) == []
     assert (tree_state(user_cache) if user_cache.exists() else None) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "tmp"]

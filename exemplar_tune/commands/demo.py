@@ -30,6 +30,9 @@ from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.coll_log import coll_log_lines
 from exemplar_tune.sim.model import load_scenario, shipped_scenarios
 
+SLOW_FLEET_SCENARIO = "h100-qps-incumbent"
+SLOW_FLEET_HOSTS = 8
+SLOW_HOST, SLOW_FAULT = "node05", "deep_cstate_disabled"
 DEMO_EPILOG = """examples:
   exemplar-tune demo                         build, preflight, tune, report; then clean up
   exemplar-tune demo --keep /tmp/demo        keep the cluster, ledger and report.html
@@ -127,6 +130,15 @@ def _demo(directory: Path, args: argparse.Namespace) -> int:
             if title.startswith(("tune", "fabric")) and status != EXIT_OK:
                 print(f"\n== {argv[0]} did not finish cleanly (exit {status}): see above")
                 return status
+        fleet = directory / "fleet"
+        say(f"== creating a second simulated fleet ({SLOW_FLEET_HOSTS} hosts) in {fleet} ...")
+        create_cluster(fleet, SLOW_FLEET_SCENARIO, hosts=SLOW_FLEET_HOSTS, seed=args.seed,
+                       host_faults={SLOW_HOST: [SLOW_FAULT]})
+        argv = ["slow-nodes", "-i", str(fleet / "inventory.yml")]
+        print(f"\n== slow nodes: {SLOW_FLEET_HOSTS} hosts, {SLOW_HOST} made slow by a fact "
+              f"({SLOW_FAULT}): exemplar-tune {' '.join(argv)}", flush=True)
+        command = parser.parse_args(argv)
+        command.func(command)  # exit 1: a slow host found, which is what this step shows
         sweep_report = directory / "sweep.html"
         command = parser.parse_args(["report", _latest_sweep(state), "--format", "html",
                                      "--output", str(sweep_report), *ledger])
