@@ -1,5 +1,5 @@
 """gpu-layer checks: inventory against the profile, and GPU health (ECC, row remapping,
-retired pages, PCIe link, clock-event reasons, temperature, Xid events).
+retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state, Xid events).
 
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
@@ -421,6 +421,102 @@ def check_temperature(facts: Facts, profile: Profile) -> Outcome:
                        _evidence(facts))
     return Outcome(PASS, temps, f"<= {limit} C",
                    f"hottest GPU {max(known.values())} C <= {limit} C", _evidence(facts))
+
+
+# -- NVLink fabric ---------------------------------------------------------------------------
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+FABRIC_EXPECTATIONS = ("multi-node", "node", "none")
+
+
+def _domain(fabric: dict[str, Any]) -> str:
+    """``none`` (no fabric: PCIe GPUs, no NVSwitch), ``node`` (registered, no cluster: HGX with
+    NVSwitch) or ``multi-node`` (a clique of a cluster: GB200/GB300 NVL)."""
+    if fabric.get("state") is None:
+        return "none"
+    uuid = fabric.get("cluster_uuid")
+    return "multi-node" if uuid and uuid != ZERO_UUID else "node"
+
+
+def _fabric_problems(gpu: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(broken, degraded) words about one GPU's fabric registration and health."""
+    fab = gpu.get("fabric") or {}
+    health = fab.get("health") or {}
+    broken, degraded = [], []
+    if fab.get("state") not in (None, "Completed"):
+        broken.append(f"registration {fab['state']}")
+    if fab.get("status") not in (None, "Success"):
+        broken.append(f"status {fab['status']}")
+    if health.get("summary") not in (None, "Healthy"):
+        (degraded if health["summary"] == "Limited Capacity" else broken).append(
+            f"health {health['summary']}")
+    if health.get("route_unhealthy"):
+        broken.append("route unhealthy")
+    if health.get("incorrect_configuration") not in (None, "None"):
+        broken.append(f"incorrect configuration {health['incorrect_configuration']}")
+    if health.get("bandwidth") not in (None, "Full"):
+        degraded.append(f"bandwidth {health['bandwidth']}")
+    degraded += [key.replace("_", " ") for key in ("route_recovery_in_progress",
+                                                   "access_timeout_recovery") if health.get(key)]
+    return broken, degraded
+
+
+@check("gpu.fabric-state", health=True, severity="high",
+       title="Every GPU is registered in its NVLink fabric, healthy, in the domain expected",
+       risk="A GPU whose fabric registration is not Completed/Success, or whose fabric health "
+            "is unhealthy, cannot use NVLink: on GB200/GB300 NVL the multi-node NVLink "
+            "collectives fail or fall back; a degraded bandwidth slows every collective",
+       fix="manual: on HGX with NVSwitch check nvidia-fabricmanager (systemctl status, its log); "
+           "on GB200/GB300 NVL check the NVLink switch trays and NMX, then reset the GPU or "
+           "reboot; `nvidia-smi -q | grep -A12 Fabric` shows the state")
+def check_fabric_state(facts: Facts, profile: Profile) -> Outcome:
+    """Per GPU: the fabric registration (``nvidia-smi -q`` Fabric State/Status), its health
+    and its NVLink domain (``none``, ``node``, ``multi-node``), judged against the profile's
+    ``gpu.nvlink_fabric`` when set. A domain the profile does not expect is *not configured*;
+    a registration that did not complete or an unhealthy fabric is *broken*."""
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    want = _expect(profile, "nvlink_fabric")
+    domains = {_name(g): _domain(g.get("fabric") or {}) for g in gpus}
+    found = {_name(g): _fabric_problems(g) for g in gpus}
+    observed = {name: {"domain": domains[name], "broken": found[name][0],
+                       "degraded": found[name][1]} for name in domains}
+    broken = [f"{name}: {', '.join(b)}" for name, (b, _) in found.items() if b]
+    if broken:
+        return Outcome(FAIL, observed, want or "registered and healthy",
+                       f"NVLink fabric broken on {len(broken)} of {len(gpus)} GPUs: "
+                       f"{_list(broken, 4)}", _evidence(facts))
+    missing = [n for n, d in domains.items() if want and d != want and want != "none"]
+    if missing:
+        return Outcome(FAIL, observed, want,
+                       f"not configured: {len(missing)} of {len(gpus)} GPUs are not in a "
+                       f"{want} NVLink domain (the profile's gpu.nvlink_fabric): "
+                       f"{_list([f'{n} ({domains[n]})' for n in missing], 4)}",
+                       _evidence(facts))
+    cliques = {(g["fabric"].get("cluster_uuid"), g["fabric"].get("clique_id")) for g in gpus
+               if domains[_name(g)] == "multi-node"}
+    if len(cliques) > 1:
+        return Outcome(FAIL, observed, "one clique of one cluster per host",
+                       f"the GPUs are split over {len(cliques)} NVLink cliques or clusters: "
+                       f"{sorted(cliques, key=str)}", _evidence(facts))
+    if set(domains.values()) == {"none"}:
+        if want == "none":
+            return Outcome(PASS, observed, want, "no NVLink fabric, as the profile says",
+                           _evidence(facts))
+        return skip("no NVLink fabric on these GPUs: not configured (PCIe GPUs or no NVSwitch; "
+                    "gpu.nvlink_fabric in the profile makes it a finding)")
+    degraded = [f"{name}: {', '.join(d)}" for name, (_, d) in found.items() if d]
+    where = ", ".join(sorted(set(domains.values())))
+    if degraded:
+        return Outcome(WARN, observed, want or "registered and healthy",
+                       f"NVLink fabric degraded on {len(degraded)} of {len(gpus)} GPUs: "
+                       f"{_list(degraded, 4)}", _evidence(facts))
+    clique = f"; clique {next(iter(cliques))[1]} of cluster {next(iter(cliques))[0]}" \
+        if cliques else ""
+    return Outcome(PASS, observed, want or "registered and healthy",
+                   f"all {len(gpus)} GPUs registered (Completed/Success), healthy, NVLink "
+                   f"domain {where}{clique}", _evidence(facts))
 
 
 # -- Xid incidents ---------------------------------------------------------------------------

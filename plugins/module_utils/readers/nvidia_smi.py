@@ -47,6 +47,9 @@ TAG_ALIASES: dict[str, str] = {
     "enforced_power_limit": "current_power_limit",  # the limit in force
     "power_limit": "requested_power_limit",  # the limit that was set
 }
+# True/False flags under ``<fabric><health>`` (nvidia-smi R570+).
+FABRIC_HEALTH_FLAGS = ("route_recovery_in_progress", "route_unhealthy",
+                       "access_timeout_recovery")
 # Older tag prefix -> current prefix.
 PREFIX_ALIASES: dict[str, str] = {"clocks_throttle_reason_": "clocks_event_reason_"}
 
@@ -167,13 +170,14 @@ def parse_quantity(text: str | None, units: tuple[str, ...], source: str) -> int
 
 
 def parse_flag(text: str | None, source: str) -> bool | None:
-    """``Enabled``/``Yes``/``Active`` -> True, ``Disabled``/``No``/``Not Active`` -> False."""
+    """``Enabled``/``Yes``/``Active``/``True`` -> True, ``Disabled``/``No``/``Not Active``/
+    ``False`` -> False."""
     if text is None or text.strip() in NOT_AVAILABLE:
         return None
     word = text.strip().lower()
-    if word in ("enabled", "yes", "active"):
+    if word in ("enabled", "yes", "active", "true"):
         return True
-    if word in ("disabled", "no", "not active"):
+    if word in ("disabled", "no", "not active", "false"):
         return False
     raise ParseError(source, text, "not a yes/no value")
 
@@ -409,7 +413,25 @@ def parse_gpu(gpu: ET.Element, index: int, source: str = SOURCE,
         "mig_devices": _mig_devices(gpu, f),
         **_temperature(gpu, f),
         **_power(gpu, f),
-        "fabric": {"state": _text(gpu, "fabric/state"), "status": _text(gpu, "fabric/status")},
+        "fabric": _fabric(gpu, f),
+    }
+
+
+def _fabric(gpu: ET.Element, f: Fields) -> dict[str, Any]:
+    """The GPU's NVLink fabric registration (``<fabric>``, R550+; GB200/GB300 NVL and HGX
+    with NVSwitch): state, status, clique and cluster, and the health flags of R570+."""
+    health = gpu.find("fabric/health")
+    return {
+        "state": _text(gpu, "fabric/state"),
+        "status": _text(gpu, "fabric/status"),
+        "clique_id": f.num(gpu, "fabric/cliqueId", ("",)),
+        "cluster_uuid": _text(gpu, "fabric/clusterUuid"),
+        "health": {
+            "summary": _text(health, "summary"),
+            "bandwidth": _text(health, "bandwidth"),
+            **{key: f.flag(health, key) for key in FABRIC_HEALTH_FLAGS},
+            "incorrect_configuration": _text(health, "incorrect_configuration"),
+        },
     }
 
 

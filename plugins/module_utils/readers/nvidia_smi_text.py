@@ -88,6 +88,7 @@ TAGS: dict[str, dict[str, str]] = {
         "gpu_max_operating_temp": "gpu_temp_max_gpu_threshold",
         "memory_max_operating_temp": "gpu_temp_max_mem_threshold"},
     "gpu_power_readings": {"instantaneous_power_draw": "instant_power_draw"},
+    "fabric": {"cliqueid": "cliqueId", "clusteruuid": "clusterUuid"},
     **{clocks: _CLOCKS for clocks in ("clocks", "max_clocks", "applications_clocks",
                                       "default_applications_clocks", "deferred_clocks",
                                       "max_customer_boost_clocks")},
