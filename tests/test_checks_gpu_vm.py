@@ -24,7 +24,8 @@ from .conftest import SYSROOTS
 
 GPU_IDS = ("gpu.count", "gpu.product", "gpu.persistence-mode", "gpu.ecc-uncorrectable",
            "gpu.remapped-rows", "gpu.retired-pages-pending", "gpu.pcie-link",
-           "gpu.clock-events", "gpu.temperature", "gpu.fabric-state", "gpu.xids")
+           "gpu.clock-events", "gpu.temperature", "gpu.fabric-state", "gpu.nvlink-links",
+           "gpu.xids")
 VM_IDS = ("vm.cmdqv", "vm.cmdqv-params", "vm.iommu-domain")
 BY_ID = {c.id: c for c in CHECKS}
 
@@ -34,21 +35,24 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": FAIL,
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": FAIL,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
-        "gpu.temperature": PASS, "gpu.fabric-state": PASS, "gpu.xids": WARN,
+        "gpu.temperature": PASS, "gpu.fabric-state": PASS,
+        "gpu.nvlink-links": SKIP, "gpu.xids": WARN,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("healthy-h100", "h100-x86"): {
         "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": PASS,
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
-        "gpu.temperature": PASS, "gpu.fabric-state": PASS, "gpu.xids": PASS,
+        "gpu.temperature": PASS, "gpu.fabric-state": PASS,
+        "gpu.nvlink-links": SKIP, "gpu.xids": PASS,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("gb200-grace-vm", "gb200-grace"): {
         "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": PASS,
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
-        "gpu.temperature": PASS, "gpu.fabric-state": PASS, "gpu.xids": PASS,
+        "gpu.temperature": PASS, "gpu.fabric-state": PASS,
+        "gpu.nvlink-links": SKIP, "gpu.xids": PASS,
         "vm.cmdqv": FAIL, "vm.cmdqv-params": SKIP, "vm.iommu-domain": SKIP,
     },
 }

@@ -1,5 +1,6 @@
 """gpu-layer checks: inventory against the profile, and GPU health (ECC, row remapping,
-retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state, Xid events).
+retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state and links, Xid
+events).
 
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
@@ -517,6 +518,76 @@ def check_fabric_state(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, observed, want or "registered and healthy",
                    f"all {len(gpus)} GPUs registered (Completed/Success), healthy, NVLink "
                    f"domain {where}{clique}", _evidence(facts))
+
+
+def _nvlink_line(gpu: dict[str, Any]) -> str:
+    shown = f"GPU {gpu['index']}"
+    if gpu["all_inactive"]:
+        return f"{shown}: all links inactive"
+    return f"{shown}: link{'s' if len(gpu['inactive']) > 1 else ''} " \
+        f"{', '.join(map(str, gpu['inactive']))} inactive ({gpu['active']} of {gpu['links']} " \
+        "active)"
+
+
+@check("gpu.nvlink-links", health=True, severity="high",
+       title="Every NVLink link of every GPU is active, at one speed",
+       risk="An inactive link takes its share of NVLink bandwidth out of every collective on "
+            "that GPU (one of 18 is about 6 %); all links down leaves peer traffic on PCIe or "
+            "the network; a link trained slower drags its GPU's collectives",
+       fix="manual: reset the GPU (nvidia-smi -r) or reboot; on HGX check the NVSwitch trays "
+           "and nvidia-fabricmanager, on GB200/GB300 NVL the switch trays and cables; replace "
+           "the board if a link stays down")
+def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
+    """Per GPU, ``nvidia-smi nvlink -s``. With the profile's ``gpu.nvlink_links`` set, a GPU
+    with fewer active links fails (links beyond that number may be unwired by design: H100
+    PCIe bridges wire 12 of 18); unset, any inactive link fails. A GPU whose links are all
+    inactive fails, except the only GPU of a host when the profile is silent (no peer to link
+    to). Links slower than the fastest of the host warn. GPUs that list no link have no
+    NVLink."""
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    links = _layer(facts).get("nvlink")
+    if links is None:
+        why = _layer(facts).get("nvlink_missing") or _error(facts, "nvlink").removeprefix(": ")
+        return skip(f"NVLink state not read ({why or 'unknown'})")
+    want = _expect(profile, "nvlink_links")
+    if want == 0:
+        return Outcome(PASS, len(links), 0, "no NVLink expected (the profile's "
+                       "gpu.nvlink_links is 0)", _evidence(facts, "nvlink"))
+    observed = {f"GPU {g['index']}": {k: g[k] for k in ("links", "active", "inactive",
+                                                         "all_inactive", "gbps_max")}
+                for g in links}
+    with_links = [g for g in links if g["links"] or g["all_inactive"]]
+    if not with_links and not want:
+        return skip("no NVLink on these GPUs: not configured (PCIe GPUs, no bridge)")
+    lone = len(gpus) == 1 and want is None
+    if want is None:
+        down = [g for g in with_links if g["inactive"] or (g["all_inactive"] and not lone)]
+        short = []
+    else:  # links beyond those wanted may be unwired by design (a 12-link PCIe bridge)
+        down = [g for g in links if g["all_inactive"]]
+        short = [g for g in links if g["active"] < want and not g["all_inactive"]]
+    if down or short:
+        lines = [_nvlink_line(g) for g in down] + [
+            f"GPU {g['index']}: {g['active']} links active, {want} expected" for g in short]
+        return Outcome(FAIL, observed, want if want is not None else "every link active",
+                       f"NVLink down on {len(lines)} of {len(links)} GPUs: {_list(lines, 4)}",
+                       _evidence(facts, "nvlink"))
+    if lone and with_links[0]["all_inactive"]:
+        return skip("one GPU, all its links inactive: no peer to link to (not configured; "
+                    "gpu.nvlink_links in the profile makes it a finding)")
+    fastest = max((g["gbps_max"] for g in links if g["gbps_max"]), default=None)
+    slow = [f"GPU {g['index']}: {g['gbps_min']:g} GB/s" for g in links
+            if g["gbps_min"] is not None and fastest and g["gbps_min"] < fastest]
+    if slow:
+        return Outcome(WARN, observed, f"{fastest:g} GB/s per link",
+                       f"links slower than the host's {fastest:g} GB/s: {_list(slow, 4)}",
+                       _evidence(facts, "nvlink"))
+    active = sum(g["active"] for g in links)
+    return Outcome(PASS, observed, want if want is not None else "every link active",
+                   f"all {active} NVLink links of {len(with_links)} GPUs active"
+                   + (f" at {fastest:g} GB/s" if fastest else ""), _evidence(facts, "nvlink"))
 
 
 # -- Xid incidents ---------------------------------------------------------------------------

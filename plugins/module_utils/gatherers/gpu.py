@@ -6,7 +6,8 @@ live host without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`
 events come from the kernel log (:mod:`xid`): ``xids`` holds one event per reporting line,
 ``xid_incidents`` the events grouped into incidents with their recovery action
 (:mod:`xid_incidents`, default window), ``xid_log`` what else the log told (boots seen, clock,
-NVSwitch SXid lines not read). Having no GPU, no driver or no nvidia-smi is an answer
+NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi
+nvlink -s`` (:mod:`nvlink`). Having no GPU, no driver or no nvidia-smi is an answer
 (``present: False`` with a ``reason``), not an error; an output that cannot be understood
 (malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry;
 a single field that cannot be read is ``None`` plus an ``errors`` entry naming it (``gpus.N``).
@@ -19,6 +20,7 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     nvidia_smi,
+    nvlink,
     nvml,
     xid,
     xid_incidents,
@@ -83,14 +85,31 @@ def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
         "boots", "clock", "sxid_lines")}, xid.SOURCE)
 
 
+def _nvlink(root: Sysroot, sheet: FactSheet, present: bool | None) -> None:
+    """``nvlink``: each GPU's links (``nvidia-smi nvlink -s``); ``None`` without GPUs, and
+    ``None`` with the reason in ``nvlink_missing`` where the report was not captured or
+    nvidia-smi is absent."""
+    found = missing = None
+    if present:
+        try:
+            found = nvlink.read_nvlink_status(root)
+        except NotSupported as exc:
+            missing = f"{exc.path}: {exc.reason}"
+        except HostStateError as exc:
+            sheet.error("nvlink", exc)
+    sheet.put("nvlink", found, nvlink.SOURCE)
+    sheet.put("nvlink_missing", missing, nvlink.SOURCE)
+
+
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    attached_gpus, count, gpus, xids, xid_incidents, xid_log, nvml; plus ``sources`` and
-    ``errors``)."""
+    attached_gpus, count, gpus, nvlink, nvlink_missing, xids, xid_incidents, xid_log, nvml;
+    plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
+    _nvlink(root, sheet, _present(report, why_not)[0])
     _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
