@@ -27,9 +27,8 @@ def _result(check_id: str, status: str = FAIL, **more) -> dict:
 def test_only_gpu_and_fabric_health_checks_may_drain():
     assert {c.id for c in CHECKS if c.health} == {
         "gpu.count", "gpu.nvidia-smi", "gpu.ecc-uncorrectable", "gpu.remapped-rows",
-        "gpu.retired-pages-pending",
-        "gpu.pcie-link", "gpu.clock-events", "gpu.temperature", "gpu.fabric-state", "gpu.nvlink-links",
-        "gpu.xids", "fabric.ports"}
+        "gpu.retired-pages-pending", "gpu.pcie-link", "gpu.clock-events", "gpu.temperature",
+        "gpu.fabric-state", "gpu.nvlink-links", "gpu.imex", "gpu.xids", "fabric.ports"}
 
 
 @pytest.mark.parametrize(("result", "threshold", "drains"), [

@@ -1,6 +1,6 @@
 """gpu-layer checks: inventory against the profile, and GPU health (ECC, row remapping,
-retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state and links, Xid
-events).
+retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state and links, IMEX,
+Xid events).
 
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
@@ -588,6 +588,55 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, observed, want if want is not None else "every link active",
                    f"all {active} NVLink links of {len(with_links)} GPUs active"
                    + (f" at {fastest:g} GB/s" if fastest else ""), _evidence(facts, "nvlink"))
+
+
+@check("gpu.imex", health=True, severity="high",
+       title="IMEX is up on a multi-node NVLink domain, every node READY and connected",
+       risk="Without a working IMEX domain the GPUs of an NVL72 rack cannot import each "
+            "other's memory: multi-node NVLink jobs fail to start or NCCL leaves NVLink for "
+            "the network",
+       fix="manual: systemctl status nvidia-imex and journalctl -u nvidia-imex on the node "
+           "named; check /etc/nvidia-imex/nodes_config.cfg lists every node of the domain and "
+           "that the daemons run the same version")
+def check_imex(facts: Facts, profile: Profile) -> Outcome:
+    """Only where the GPUs are in a multi-node NVLink domain (:func:`check_fabric_state`'s
+    ``multi-node``): ``nvidia-imex-ctl -N`` must show ``Domain State: UP``, every node READY
+    and every connection ``C``. A tool that is absent or has no configuration is *not
+    configured* (a skip, or a failure where the profile's ``gpu.imex`` is true); a domain
+    that is not up is *broken*."""
+    gpus, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    if not any(_domain(g.get("fabric") or {}) == "multi-node" for g in gpus):
+        return skip("no multi-node NVLink domain: IMEX is not needed here (not configured)")
+    want = bool(_expect(profile, "imex"))
+    found = _layer(facts).get("imex")
+    if found is None or not found["configured"]:
+        why = "no IMEX configuration" if found else (
+            _layer(facts).get("imex_missing") or _error(facts, "imex").removeprefix(": ")
+            or "not read")
+        if not want:
+            return skip(f"IMEX not configured on this node ({why}); gpu.imex in the profile "
+                        "makes it a finding")
+        return Outcome(FAIL, None, "IMEX up", f"not configured: multi-node NVLink domain "
+                       f"without IMEX ({why})", _evidence(facts, "imex"))
+    nodes = found["nodes"]
+    down = [f"node {n['index']} ({n['address']}) {n['state']}" for n in nodes
+            if n["state"] != "READY"]
+    links = [f"{a}->{b} {state}" for a, b, state in found["not_connected"]]
+    observed = {"domain_state": found["domain_state"], "nodes": len(nodes),
+                "not_ready": down, "not_connected": links}
+    if found["domain_state"] != "UP" or down or links:
+        parts = [f"domain {found['domain_state']}"] + ([f"{len(down)} node(s) not READY: "
+                                                         f"{_list(down, 4)}"] if down else [])
+        parts += [f"{len(links)} connection(s) not C: {_list(links, 4)}"] if links else []
+        return Outcome(FAIL, observed, "domain UP, every node READY and connected",
+                       f"IMEX broken: {'; '.join(parts)}", _evidence(facts, "imex"))
+    versions = sorted({n["version"] for n in nodes if n["version"]})
+    return Outcome(PASS, observed, "domain UP, every node READY and connected",
+                   f"IMEX domain UP: {len(nodes)} node(s) READY, every connection C"
+                   + (f", version {', '.join(versions)}" if versions else ""),
+                   _evidence(facts, "imex"))
 
 
 # -- Xid incidents ---------------------------------------------------------------------------

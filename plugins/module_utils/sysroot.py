@@ -38,6 +38,7 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-q-x.xml": ["nvidia-smi", "-q", "-x"],
     "nvidia-smi-q.txt": ["nvidia-smi", "-q"],  # read when a capture lacks the XML
     "nvidia-smi-nvlink-s.txt": ["nvidia-smi", "nvlink", "-s"],
+    "nvidia-imex-ctl-N.txt": ["nvidia-imex-ctl", "-N"],
     "dmesg.txt": ["dmesg"],
     "systemctl-show-slices.txt": ["systemctl", "show", "--property=Id,AllowedCPUs,EffectiveCPUs",
                                   "system.slice", "user.slice", "init.scope"],

@@ -1,4 +1,5 @@
-"""gpu-layer facts: GPU inventory and health, and the Xid events in the kernel log.
+"""gpu-layer facts: GPU inventory and health, NVLink and IMEX, and the Xid events in the kernel
+log.
 
 Inventory and per-GPU health come from ``nvidia-smi -q -x`` (:mod:`nvidia_smi`); in a captured
 sysroot without the XML, from the plain-text ``nvidia-smi -q`` (:mod:`nvidia_smi_text`); on a
@@ -6,11 +7,12 @@ live host without nvidia-smi but with ``pynvml`` and a driver, from NVML (:mod:`
 events come from the kernel log (:mod:`xid`): ``xids`` holds one event per reporting line,
 ``xid_incidents`` the events grouped into incidents with their recovery action
 (:mod:`xid_incidents`, default window), ``xid_log`` what else the log told (boots seen, clock,
-NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi
-nvlink -s`` (:mod:`nvlink`). Having no GPU, no driver or no nvidia-smi is an answer
-(``present: False`` with a ``reason``), not an error; an output that cannot be understood
-(malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an ``errors`` entry;
-a single field that cannot be read is ``None`` plus an ``errors`` entry naming it (``gpus.N``).
+NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi nvlink
+-s`` (:mod:`nvlink`); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N`` (:mod:`imex`). Having
+no GPU, no driver or no nvidia-smi is an answer (``present: False`` with a ``reason``), not an
+error; an output that cannot be understood (malformed or unsafe XML, an unexpected failure) is
+``present: None`` plus an ``errors`` entry; a single field that cannot be read is ``None`` plus
+an ``errors`` entry naming it (``gpus.N``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
+    imex,
     nvidia_smi,
     nvlink,
     nvml,
@@ -101,15 +104,33 @@ def _nvlink(root: Sysroot, sheet: FactSheet, present: bool | None) -> None:
     sheet.put("nvlink_missing", missing, nvlink.SOURCE)
 
 
+def _imex(root: Sysroot, sheet: FactSheet, present: bool | None) -> None:
+    """``imex``: the IMEX domain this node's daemon sees (``nvidia-imex-ctl -N``); ``None``
+    without GPUs, and ``None`` with the reason in ``imex_missing`` where the tool is absent
+    or the report was not captured."""
+    found = missing = None
+    if present:
+        try:
+            found = imex.read_imex_nodes(root)
+        except NotSupported as exc:
+            missing = f"{exc.path}: {exc.reason}"
+        except HostStateError as exc:
+            sheet.error("imex", exc)
+    sheet.put("imex", found, imex.SOURCE)
+    sheet.put("imex_missing", missing, imex.SOURCE)
+
+
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    attached_gpus, count, gpus, nvlink, nvlink_missing, xids, xid_incidents, xid_log, nvml;
+    attached_gpus, count, gpus, nvlink, nvlink_missing, imex, imex_missing, xids, xid_incidents,
+    xid_log, nvml;
     plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
     _nvlink(root, sheet, _present(report, why_not)[0])
+    _imex(root, sheet, _present(report, why_not)[0])
     _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
