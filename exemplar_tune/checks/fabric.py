@@ -65,6 +65,74 @@ def check_ports(facts: Facts, profile: Profile) -> Outcome:
                    f"{active} ports {ACTIVE}/{LINK_UP} as the profile expects", evidence)
 
 
+# ibqueryerrors' thresholds (rdma-core infiniband-diags/etc/error_thresholds), by sysfs name
+IB_ERROR_THRESHOLDS = {
+    "symbol_error": 10, "link_error_recovery": 10, "link_downed": 10, "port_rcv_errors": 10,
+    "port_rcv_remote_physical_errors": 100, "port_rcv_switch_relay_errors": 100,
+    "port_xmit_discards": 100, "port_xmit_constraint_errors": 100,
+    "port_rcv_constraint_errors": 100, "local_link_integrity_errors": 10,
+    "excessive_buffer_overrun_errors": 10, "VL15_dropped": 100,
+}
+FLAPS = ("link_downed", "link_error_recovery")  # the link went down or retrained
+
+
+def _counter_lines(ports: list[tuple[dict, dict]], key: str,
+                   over: Mapping[str, int]) -> tuple[list[str], list[str]]:
+    """(lines over their threshold, lines above zero) of the ports' ``key`` counters."""
+    above, nonzero = [], []
+    for device, port in ports:
+        for name, value in sorted((port.get(key) or {}).items()):
+            if value:
+                line = f"{device.get('name')}/{port.get('port')} {name} {value}"
+                (above if value > over.get(name, 0) else nonzero).append(line)
+    return above, nonzero
+
+
+@check("fabric.ib-errors", health=True, severity="medium",
+       title="No RDMA port error counters rising (symbol errors, link downs, discards ...)",
+       risk="a port that takes symbol or receive errors retransmits and slows every collective "
+            "on its rail; a link that goes down and up (flaps) stalls NCCL and can abort jobs",
+       fix="manual: check the cable or transceiver and the switch port (mlxlink -d <dev> -m, "
+           "the switch's counters), replace what keeps erroring; clear the counters "
+           "(perfquery -x -R) after a repair so that old errors stop counting")
+def check_ib_errors(facts: Facts, profile: Profile) -> Outcome:
+    """With a sampling window (``--counter-window``): a link down or error recovery in the
+    window, or a counter that gained more than its threshold, fails; any other gain warns.
+    Without one: counters above their threshold since they were last cleared warn (old
+    events cannot be told from new ones). Thresholds: ibqueryerrors' defaults, or the
+    profile's ``fabric.ib_error_thresholds``."""
+    devices = (facts.get("fabric") or {}).get("ib_devices")
+    if devices is None:
+        return skip("RDMA devices unknown (/sys/class/infiniband not read)")
+    ports = [(d, p) for d in devices for p in d.get("ports") or [] if p.get("counters")]
+    if not ports:
+        return skip("no RDMA port with error counters")
+    over = {**IB_ERROR_THRESHOLDS, **((profile.get("fabric") or {}).get("ib_error_thresholds")
+                                      or {})}
+    evidence = source(facts, "fabric", "ib_devices")
+    window = (facts.get("fabric") or {}).get("counter_window_s")
+    if window:
+        above, gained = _counter_lines(ports, "counters_delta", over)
+        flaps = [line for line in gained if line.split()[1] in FLAPS]
+        observed = {"window_s": window, "over": above, "gained": gained}
+        if above or flaps:
+            return Outcome(FAIL, observed, over, f"in {window:g} s: " + "; ".join(
+                above + flaps), evidence)
+        if gained:
+            return Outcome(WARN, observed, over, f"in {window:g} s, below their thresholds: "
+                           + "; ".join(gained), evidence)
+        return Outcome(PASS, observed, over, f"no error counter of {len(ports)} ports rose in "
+                       f"{window:g} s", evidence)
+    above, nonzero = _counter_lines(ports, "counters", over)
+    observed = {"over": above, "nonzero": nonzero}
+    if above:
+        return Outcome(WARN, observed, over, "since the counters were last cleared: "
+                       + "; ".join(above) + " (--counter-window SECONDS tells whether they "
+                       "are rising now)", evidence)
+    return Outcome(PASS, observed, over, f"every error counter of {len(ports)} ports within "
+                   "its threshold since last cleared", evidence)
+
+
 @check("fabric.nccl-settings", severity="medium",
        title="The NCCL_* settings jobs inherit match the profile's tuned values",
        risk="NCCL defaults or stale values can cost bus bandwidth on this fabric",

@@ -85,6 +85,10 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
                      help="keep each host's failing checks in the ledger, for 'exemplar-tune "
                      "offenders' (and, in prometheus format, the repeat counts)")
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
+    cmd.add_argument("--counter-window", type=float, default=0.0, metavar="SECONDS",
+                     help="read the InfiniBand/RoCE error counters twice, this long apart, and "
+                     "judge what they gained (fabric.ib-errors); default 0: their count since "
+                     "they were last cleared")
     cmd.set_defaults(func=cmd_preflight)
     add_prolog_option(cmd)
 
@@ -92,7 +96,9 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 def cmd_preflight(args: argparse.Namespace) -> int:
     """``exemplar-tune preflight``."""
     check_layers(args.layer)
-    hosts, missing = collect_facts(args.sysroot, facts_runner(args), None)
+    if args.counter_window < 0:
+        raise UserError(f"--counter-window {args.counter_window:g}: seconds, 0 or more")
+    hosts, missing = collect_facts(args.sysroot, facts_runner(args), None, args.counter_window)
     profiles = host_profiles(args.profile, hosts)
     extras = {"container": probe_container(args.launcher) if args.launcher else None,
               "results": _read_results(args.results) if args.results else None}

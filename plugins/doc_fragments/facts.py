@@ -17,6 +17,13 @@ options:
       - Left out of C(exemplar.tune.facts), the host variable C(exemplar_sysroot), else C(/).
     type: path
     default: /
+  counter_window:
+    description:
+      - Seconds between two readings of the InfiniBand/RoCE port error counters (fabric
+        layer); each port then also has C(counters_delta), what its counters gained in that
+        window. C(0) reads them once (their count since they were last cleared).
+    type: float
+    default: 0
 notes:
   - Read-only; supports check mode (it changes nothing in either mode).
   - Every layer's facts carry C(sources) (the file or command each fact came from) and

@@ -72,7 +72,8 @@ LAYERS: tuple[Layer, ...] = (
           "cpusets, isolation, IRQs, BIOS C-state policy (BMC)", options=("bmc",)),
     Layer("runtime", "Runtime topology", "NCCL_TOPO_FILE on the host and in container "
           "configuration (enroot, pyxis)"),
-    Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports, NCCL settings"),
+    Layer("fabric", "Fabric and collectives", "InfiniBand/RoCE ports and counters, NCCL settings",
+          options=("counter_window",)),
     Layer("workload", "Workload", "benchmark results per workload shape", has_role=False,
           reads_host=False),
 )

@@ -1,17 +1,22 @@
 """fabric-layer facts: InfiniBand/RoCE devices and ports, and the NCCL settings jobs inherit.
 
-``infiniband`` reads ``/sys/class/infiniband``; ``nccl_conf`` resolves the NCCL_* settings
+``infiniband`` reads ``/sys/class/infiniband``, each port's error counters included (since they
+were last cleared, usually boot). With ``counter_window`` seconds the counters are read again
+after that long and each port gets ``counters_delta``, what its counters gained meanwhile
+(``counter_window_s`` records the window); ``nccl_conf`` resolves the NCCL_* settings
 (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` > ``/etc/nccl.conf``).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
     IB_CLASS,
+    read_counters,
     read_ib_devices,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.nccl_conf import (
@@ -22,7 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.nccl_conf im
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
-def _ib_facts(root: Sysroot, sheet: FactSheet) -> None:
+def _ib_facts(root: Sysroot, sheet: FactSheet, window: float) -> None:
     source = root.display(IB_CLASS)
     errors: list[HostStateError] = []
     try:
@@ -30,10 +35,27 @@ def _ib_facts(root: Sysroot, sheet: FactSheet) -> None:
     except HostStateError as exc:
         errors.append(exc)
         devices = None
+    if devices and window > 0:
+        _deltas(root, devices, window, errors)
     for exc in errors:
         sheet.error("ib_devices", exc)
     sheet.put("ib_devices", devices, source)
     sheet.put("present", bool(devices), source)
+    sheet.put("counter_window_s", window if devices and window > 0 else None, source)
+
+
+def _deltas(root: Sysroot, devices: list[dict[str, Any]], window: float,
+            errors: list[HostStateError]) -> None:
+    """Each port's ``counters_delta``: its error counters read again ``window`` s later, less
+    the first reading (a counter that went down was cleared meanwhile: its new value)."""
+    time.sleep(window)
+    for device in devices:
+        for port in device["ports"]:
+            rel = f"{IB_CLASS}/{device['name']}/ports/{port['port']}"
+            now = read_counters(root, rel, errors)
+            port["counters_delta"] = {name: value - port["counters"][name]
+                                      if value >= port["counters"].get(name, 0) else value
+                                      for name, value in now.items()}
 
 
 def _nccl_facts(root: Sysroot, sheet: FactSheet) -> None:
@@ -47,9 +69,9 @@ def _nccl_facts(root: Sysroot, sheet: FactSheet) -> None:
     sheet.put("nccl_suspicious_keys", conf["suspicious_keys"], paths)
 
 
-def gather(root: Sysroot) -> dict[str, Any]:
+def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     """Facts of the fabric layer (see module docstring)."""
     sheet = FactSheet()
-    _ib_facts(root, sheet)
+    _ib_facts(root, sheet, counter_window)
     _nccl_facts(root, sheet)
     return sheet.result()

@@ -18,10 +18,12 @@ SYSROOT_OPTION = {"type": "path", "default": "/"}
 
 
 def facts_options() -> dict[str, Any]:
-    """The argument spec of the facts a module reads: ``sysroot``, ``bmc``, ``layers``."""
+    """The argument spec of the facts a module reads: ``sysroot``, ``bmc``, ``layers``,
+    ``counter_window``."""
     return {"sysroot": dict(SYSROOT_OPTION), "bmc": dict(BMC_OPTION),
             "layers": {"type": "list", "elements": "str", "default": list(LAYER_NAMES),
-                       "choices": list(LAYER_NAMES)}}
+                       "choices": list(LAYER_NAMES)},
+            "counter_window": {"type": "float", "default": 0.0}}
 
 
 def module_facts(module: AnsibleModule) -> dict[str, Any]:
@@ -30,7 +32,11 @@ def module_facts(module: AnsibleModule) -> dict[str, Any]:
     sysroot = module.params["sysroot"]
     if sysroot != "/" and not os.path.isdir(sysroot):
         module.fail_json(msg=f"sysroot {sysroot} is not a directory")
-    context = {"bmc": BmcConfig.from_params(module.params.get("bmc"))}
+    if module.params["counter_window"] < 0:
+        module.fail_json(msg=f"counter_window {module.params['counter_window']}: seconds, 0 "
+                         "or more")
+    context = {"bmc": BmcConfig.from_params(module.params.get("bmc")),
+               "counter_window": module.params["counter_window"]}
     return gather_facts(Sysroot(sysroot), module.params["layers"], context)
 
 

@@ -6,7 +6,9 @@ Layout and formats (``linux:Documentation/ABI/stable/sysfs-class-infiniband``,
 ``ports/<n>/rate`` (``"200 Gb/sec (4X HDR)"``, ``"2.5 Gb/sec (1X SDR)"``);
 ``ports/<n>/link_layer`` (``InfiniBand`` | ``Ethernet``). ``device`` links to the PCI function
 (its basename is the BDF; ``device/numa_node`` is ``-1`` when unknown, ``device/net/`` lists
-the netdevs). No ``/sys/class/infiniband`` means no RDMA devices: an empty list, not an error.
+the netdevs). ``ports/<n>/counters/<name>`` holds the port's PMA counters as decimal numbers
+(``N/A (no PMA)`` where the device keeps none); :data:`ERROR_COUNTERS` are read. No
+``/sys/class/infiniband`` means no RDMA devices: an empty list, not an error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ IB_CLASS = "sys/class/infiniband"
 _STATE = re.compile(r"^(\d+):\s*(\S.*)$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec(?: \((.*)\))?$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# The port error counters (sysfs names), as ``ibqueryerrors`` judges them (rdma-core
+# infiniband-diags/etc/error_thresholds); port_xmit_wait is congestion, not an error.
+ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                  "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+                  "port_xmit_discards", "port_xmit_constraint_errors",
+                  "port_rcv_constraint_errors", "local_link_integrity_errors",
+                  "excessive_buffer_overrun_errors", "VL15_dropped")
 
 
 def parse_state(text: str, source: str = "state") -> dict[str, Any]:
@@ -70,7 +79,7 @@ def _parsed(
 def read_port(
     root: Sysroot, base: str, port: str, errors: list[HostStateError]
 ) -> dict[str, Any]:
-    """One port: ``{port, state, phys_state, rate_gbps, rate, link_layer}``."""
+    """One port: ``{port, state, phys_state, rate_gbps, rate, link_layer, counters}``."""
     rel = f"{base}/ports/{port}"
     rate = _parsed(root, f"{rel}/rate", parse_rate, errors)
     return {
@@ -80,7 +89,29 @@ def read_port(
         "rate_gbps": rate["gbps"] if rate else None,
         "rate": rate["text"] if rate else None,
         "link_layer": root.read_optional(f"{rel}/link_layer"),
+        "counters": read_counters(root, rel, errors),
     }
+
+
+def parse_counter(text: str, source: str = "counter") -> int | None:
+    """``"12"`` -> ``12``; ``"N/A (no PMA)"`` -> ``None``; ``ParseError`` otherwise."""
+    value = text.strip()
+    if value.startswith("N/A"):
+        return None
+    if not value.isdigit():
+        raise ParseError(source, text, "expected a decimal counter")
+    return int(value)
+
+
+def read_counters(root: Sysroot, rel: str, errors: list[HostStateError]) -> dict[str, int]:
+    """The port's :data:`ERROR_COUNTERS` that it has (``<rel>/counters/<name>``); a counter
+    the device does not keep is left out."""
+    found = {}
+    for name in ERROR_COUNTERS:
+        value = _parsed(root, f"{rel}/counters/{name}", parse_counter, errors)
+        if value is not None:
+            found[name] = value
+    return found
 
 
 def device_bdf(root: Sysroot, base: str) -> str | None:
