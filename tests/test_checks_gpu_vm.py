@@ -25,7 +25,7 @@ from .conftest import SYSROOTS
 GPU_IDS = ("gpu.count", "gpu.product", "gpu.persistence-mode", "gpu.ecc-uncorrectable",
            "gpu.remapped-rows", "gpu.retired-pages-pending", "gpu.pcie-link",
            "gpu.clock-events", "gpu.temperature", "gpu.fabric-state", "gpu.nvlink-links",
-           "gpu.imex", "gpu.xids")
+           "gpu.imex", "gpu.dcgm-diag", "gpu.xids")
 VM_IDS = ("vm.cmdqv", "vm.cmdqv-params", "vm.iommu-domain")
 BY_ID = {c.id: c for c in CHECKS}
 
@@ -36,7 +36,7 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": FAIL,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
         "gpu.temperature": PASS, "gpu.fabric-state": PASS,
-        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.xids": WARN,
+        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.dcgm-diag": SKIP, "gpu.xids": WARN,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("healthy-h100", "h100-x86"): {
@@ -44,7 +44,7 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
         "gpu.temperature": PASS, "gpu.fabric-state": PASS,
-        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.xids": PASS,
+        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.dcgm-diag": SKIP, "gpu.xids": PASS,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("gb200-grace-vm", "gb200-grace"): {
@@ -52,7 +52,7 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
         "gpu.temperature": PASS, "gpu.fabric-state": PASS,
-        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.xids": PASS,
+        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.dcgm-diag": SKIP, "gpu.xids": PASS,
         "vm.cmdqv": FAIL, "vm.cmdqv-params": SKIP, "vm.iommu-domain": SKIP,
     },
 }

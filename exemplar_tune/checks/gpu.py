@@ -1,6 +1,6 @@
 """gpu-layer checks: inventory against the profile, and GPU health (ECC, row remapping,
 retired pages, PCIe link, clock-event reasons, temperature, NVLink fabric state and links, IMEX,
-Xid events).
+DCGM diagnostics, Xid events).
 
 Inventory checks (count, product, persistence, temperature) compare with the profile's ``gpu``
 section and skip when it is silent. Health checks have no profile key: an uncorrectable ECC
@@ -32,6 +32,7 @@ from exemplar_tune.checks.base import (
     skip,
     source,
 )
+from exemplar_tune.dcgm import problems as dcgm_problems
 
 LAYER = "gpu"
 # Clock-event reasons (nvidia-smi ``clocks_event_reason_*``, NVML bitmask names).
@@ -637,6 +638,32 @@ def check_imex(facts: Facts, profile: Profile) -> Outcome:
                    f"IMEX domain UP: {len(nodes)} node(s) READY, every connection C"
                    + (f", version {', '.join(versions)}" if versions else ""),
                    _evidence(facts, "imex"))
+
+
+@check("gpu.dcgm-diag", health=True, severity="high",
+       title="DCGM diagnostics pass (preflight --dcgm-level N)",
+       risk="a GPU that fails DCGM's diagnostics (memory, PCIe, NVLink, stress) fails or slows "
+            "jobs; DCGM finds what the driver's counters do not",
+       fix="manual: read the failing test's warning (dcgmi diag -r N -j), follow DCGM's "
+           "advice (reset the GPU, check the link, RMA the board), then run the level again")
+def check_dcgm_diag(facts: Facts, profile: Profile) -> Outcome:
+    """The ``dcgmi diag -r N -j`` run that ``preflight --dcgm-level N`` put in the facts
+    (``gpu.dcgm_diag``): a failing test fails, a warning warns; DCGM absent or not run is a
+    skip that says so."""
+    del profile
+    diag = _layer(facts).get("dcgm_diag")
+    if diag is None:
+        return skip("DCGM diagnostics not run (preflight --dcgm-level 1|2|3|4 runs them)")
+    if diag.get("absent"):
+        return skip(f"DCGM absent: {diag['absent']}")
+    found = dcgm_problems(diag)
+    worst = next((s for s in (FAIL, WARN) if any(f[0] == s for f in found)), PASS)
+    lines = [message for _, message, _ in found]
+    observed = {t["test"]: t["status"] for t in diag["tests"]}
+    return Outcome(worst, observed, "every test Pass or Skip",
+                   f"level {diag.get('level')}: " + "; ".join(lines[:4])
+                   + (f"; {len(lines) - 4} more" if len(lines) > 4 else ""),
+                   (f"dcgmi diag -r {diag.get('level')} -j",))
 
 
 # -- Xid incidents ---------------------------------------------------------------------------

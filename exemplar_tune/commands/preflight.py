@@ -12,6 +12,7 @@ from exemplar_tune.checks.base import FAIL
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
 from exemplar_tune.commands.slurm import add_prolog_option
+from exemplar_tune.dcgm import CAPTURE, LEVEL_TIME, from_output
 from exemplar_tune.errors import UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import output_file, read_input
@@ -20,6 +21,7 @@ from exemplar_tune.offenders import offenders, repeat_failures, thresholds
 from exemplar_tune.preflight import exit_status, preflight_hosts
 from exemplar_tune.probe import probe_container
 from exemplar_tune.profile import host_profiles, load_profile, shipped_profiles
+from exemplar_tune.progress import say
 from exemplar_tune.reports.npd import npd_result
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
@@ -85,6 +87,11 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
                      help="keep each host's failing checks in the ledger, for 'exemplar-tune "
                      "offenders' (and, in prometheus format, the repeat counts)")
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
+    cmd.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N",
+                     help="also run 'dcgmi diag -r N -j' on every host (gpu.dcgm-diag): 1 takes "
+                     "seconds, 2 about 2 minutes, 3 about 15, 4 an hour or more (NVIDIA's "
+                     "dcgmi-diag reference); default: not run. A --sysroot reads a captured "
+                     ".exemplar/commands/dcgmi-diag.json instead")
     cmd.add_argument("--counter-window", type=float, default=0.0, metavar="SECONDS",
                      help="read the InfiniBand/RoCE error counters twice, this long apart, and "
                      "judge what they gained (fabric.ib-errors); default 0: their count since "
@@ -102,6 +109,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     profiles = host_profiles(args.profile, hosts)
     extras = {"container": probe_container(args.launcher) if args.launcher else None,
               "results": _read_results(args.results) if args.results else None}
+    if args.dcgm_level:
+        found = dcgm_results(args, hosts)
+        for host, facts in hosts.items():
+            facts.setdefault("gpu", {})["dcgm_diag"] = found.get(host)
     for facts in hosts.values():
         if extras["container"] is not None:
             facts["runtime"]["container"] = extras["container"]
@@ -116,6 +127,30 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         return status
     _emit(doc, args)
     return exit_status(doc)
+
+
+def dcgm_results(args: argparse.Namespace, hosts: dict[str, dict]) -> dict[str, dict]:
+    """Each host's ``dcgmi diag -r N -j`` results (:func:`exemplar_tune.dcgm.from_output`):
+    run there through Ansible, or read from a sysroot's capture."""
+    level = args.dcgm_level
+    if args.sysroot:
+        capture = Path(args.sysroot) / CAPTURE
+        text = capture.read_text(errors="replace") if capture.is_file() else ""
+        result = from_output(level, text, "" if text else f"{CAPTURE} not captured", None)
+        return dict.fromkeys(hosts, result)
+    say(f"preflight: dcgmi diag -r {level} on {len(hosts)} host(s) ({LEVEL_TIME[level]}) ...")
+    outcome = facts_runner(args).module(
+        "ansible.builtin.command", {"argv": ["dcgmi", "diag", "-r", str(level), "-j"]})
+    found = {}
+    for host, result in outcome.hosts.items():
+        res = result.tasks[-1]["result"] if result.tasks else {}
+        if res.get("msg") == "Error executing command." and not res.get("stdout"):
+            found[host] = {"absent": "dcgmi not installed (no such program on the host)"}
+        else:
+            found[host] = from_output(level, str(res.get("stdout", "")),
+                                      str(res.get("stderr", "") or res.get("msg", "")),
+                                      res.get("rc"))
+    return found
 
 
 def _record(doc: dict, ledger_path: Path | None, profile: dict) -> None:

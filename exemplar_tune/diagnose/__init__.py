@@ -2,8 +2,9 @@
 
 The format is recognised from the content, never the file name: turbostat, numastat, perf
 report/top, training step-time logs, nccl-tests results, NCCL debug logs, nvidia-smi ``-q``
-text or ``-q -x`` XML, kernel logs (GPU Xid incidents) and Nsight Systems reports (``nsys
-stats`` tables, and the SQLite export, recognised by its file header). Each finding names
+text or ``-q -x`` XML, ``dcgmi diag`` results (JSON or table), kernel logs (GPU Xid incidents)
+and Nsight Systems reports (``nsys stats`` tables, and the SQLite export, recognised by its file
+header). Each finding names
 a layer and a check id, so a file's findings line up with the preflight checks.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from exemplar_tune.diagnose import (
+    dcgm_diag,
     kernel_log,
     nccl_log,
     nccl_tests,
@@ -44,8 +46,8 @@ __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compa
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    nvidia_smi.ANALYZER, kernel_log.ANALYZER, turbostat.ANALYZER, numastat.ANALYZER,
-    nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
+    nvidia_smi.ANALYZER, dcgm_diag.ANALYZER, kernel_log.ANALYZER, turbostat.ANALYZER,
+    numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}

@@ -20,8 +20,8 @@ from exemplar_tune.checks import CHECKS
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 STATUSES = (PASS, WARN, FAIL, INFO)
 KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log, "
-              "nvidia-smi -q / -q -x, kernel log (dmesg, journalctl -k, syslog), nsys stats or "
-              "SQLite export")
+              "nvidia-smi -q / -q -x, dcgmi diag, kernel log (dmesg, journalctl -k, syslog), "
+              "nsys stats or SQLite export")
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
     "fabric.nccl-errors": "NCCL logs no failures (WARN lines, error returns, raised errors)",
