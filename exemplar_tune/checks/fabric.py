@@ -1,9 +1,12 @@
-"""fabric-layer checks: RDMA ports up at the expected rate, and the NCCL settings jobs inherit."""
+"""fabric-layer checks: RDMA ports up at the expected rate and free of errors, each GPU near a
+NIC, and the NCCL settings jobs inherit."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.gpu_topology import DISTANCE
 
 from exemplar_tune.checks.base import FAIL, PASS, WARN, Facts, Outcome, Profile, check, skip, source
 
@@ -131,6 +134,49 @@ def check_ib_errors(facts: Facts, profile: Profile) -> Outcome:
                        "are rising now)", evidence)
     return Outcome(PASS, observed, over, f"every error counter of {len(ports)} ports within "
                    "its threshold since last cleared", evidence)
+
+
+NEAR = ("PIX", "PXB")  # behind the same PCIe switch: GPUDirect RDMA stays off the CPU
+
+
+@check("fabric.gpu-nic-locality", severity="medium",
+       title="Every GPU has a NIC behind its own PCIe switch (PIX or PXB)",
+       risk="a GPU whose nearest NIC is only reached through the CPU's host bridge (PHB, NODE) "
+            "or the other socket (SYS) sends its network traffic across the CPU: GPUDirect "
+            "RDMA is slower there or not used, and the rail carries less",
+       fix="manual: check the GPU and NIC placement in the chassis and the BIOS PCIe "
+           "bifurcation; in a VM, pass the GPU and its NIC through together and expose the "
+           "PCIe topology (a topology file for NCCL, runtime.topo_file)")
+def check_gpu_nic_locality(facts: Facts, profile: Profile) -> Outcome:
+    """Per GPU, the nearest NIC in ``nvidia-smi topo -m``: ``PIX`` or ``PXB`` passes; a GPU
+    whose nearest NIC is ``PHB``, ``NODE`` or ``SYS`` away warns. GPUs listing no NIC (an NVL
+    tray whose NICs nvidia-smi does not show, a host without RDMA NICs) are not judged."""
+    del profile
+    fabric = facts.get("fabric") or {}
+    topo = fabric.get("gpu_nic_topology")
+    if topo is None:
+        why = fabric.get("gpu_nic_topology_missing") or "not read"
+        return skip(f"GPU-NIC topology unknown ({why})")
+    nearest = {}
+    for gpu, row in topo["gpus"].items():
+        reach = [(DISTANCE.index(v), nic) for nic, v in row["nics"].items() if v in DISTANCE]
+        if reach:
+            rank, nic = min(reach)
+            nearest[gpu] = (DISTANCE[rank], topo["nics"].get(nic, nic))
+    if not nearest:
+        return skip("no NIC in nvidia-smi topo -m: GPU-NIC locality not judged")
+    evidence = source(facts, "fabric", "gpu_nic_topology")
+    observed = {gpu: f"{nic} {level}" for gpu, (level, nic) in nearest.items()}
+    far = [f"{gpu}: nearest NIC {nic} is {level}" for gpu, (level, nic) in nearest.items()
+           if level not in NEAR]
+    if far:
+        return Outcome(WARN, observed, "a NIC at PIX or PXB for every GPU",
+                       f"{len(far)} of {len(nearest)} GPUs reach their nearest NIC through the "
+                       f"CPU: {'; '.join(far[:4])}" + ("; ..." if len(far) > 4 else ""),
+                       evidence)
+    return Outcome(PASS, observed, "a NIC at PIX or PXB for every GPU",
+                   f"every one of {len(nearest)} GPUs has a NIC behind its PCIe switch ("
+                   + ", ".join(sorted({level for level, _ in nearest.values()})) + ")", evidence)
 
 
 @check("fabric.nccl-settings", severity="medium",

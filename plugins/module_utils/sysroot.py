@@ -39,6 +39,7 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-q.txt": ["nvidia-smi", "-q"],  # read when a capture lacks the XML
     "nvidia-smi-nvlink-s.txt": ["nvidia-smi", "nvlink", "-s"],
     "nvidia-imex-ctl-N.txt": ["nvidia-imex-ctl", "-N"],
+    "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
     "dmesg.txt": ["dmesg"],
     "systemctl-show-slices.txt": ["systemctl", "show", "--property=Id,AllowedCPUs,EffectiveCPUs",
                                   "system.slice", "user.slice", "init.scope"],

@@ -3,7 +3,8 @@
 ``infiniband`` reads ``/sys/class/infiniband``, each port's error counters included (since they
 were last cleared, usually boot). With ``counter_window`` seconds the counters are read again
 after that long and each port gets ``counters_delta``, what its counters gained meanwhile
-(``counter_window_s`` records the window); ``nccl_conf`` resolves the NCCL_* settings
+(``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s
+view of how each GPU reaches each NIC; ``nccl_conf`` resolves the NCCL_* settings
 (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` > ``/etc/nccl.conf``).
 """
 
@@ -13,7 +14,11 @@ import time
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import gpu_topology
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotSupported,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
     IB_CLASS,
     read_counters,
@@ -58,6 +63,21 @@ def _deltas(root: Sysroot, devices: list[dict[str, Any]], window: float,
                                       for name, value in now.items()}
 
 
+def _topology_facts(root: Sysroot, sheet: FactSheet) -> None:
+    """``gpu_nic_topology``: how each GPU reaches each NIC (``nvidia-smi topo -m``); ``None``
+    with the reason in ``gpu_nic_topology_missing`` where nvidia-smi is absent or the report
+    was not captured."""
+    found = missing = None
+    try:
+        found = gpu_topology.read_topology(root)
+    except NotSupported as exc:
+        missing = f"{exc.path}: {exc.reason}"
+    except HostStateError as exc:
+        sheet.error("gpu_nic_topology", exc)
+    sheet.put("gpu_nic_topology", found, gpu_topology.SOURCE)
+    sheet.put("gpu_nic_topology_missing", missing, gpu_topology.SOURCE)
+
+
 def _nccl_facts(root: Sysroot, sheet: FactSheet) -> None:
     paths = conf_paths(root.environ())
     errors: list[HostStateError] = []
@@ -73,5 +93,6 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     """Facts of the fabric layer (see module docstring)."""
     sheet = FactSheet()
     _ib_facts(root, sheet, counter_window)
+    _topology_facts(root, sheet)
     _nccl_facts(root, sheet)
     return sheet.result()
