@@ -179,6 +179,55 @@ def check_gpu_nic_locality(facts: Facts, profile: Profile) -> Outcome:
                    + ", ".join(sorted({level for level, _ in nearest.values()})) + ")", evidence)
 
 
+DMABUF_KERNEL = (5, 12)  # dma-buf for peer devices: Linux 5.12 and the open kernel modules
+
+
+def _release(text: str | None) -> tuple[int, int] | None:
+    parts = (text or "").split(".")
+    return (int(parts[0]), int(parts[1])) if len(parts) > 1 and parts[0].isdigit() and \
+        parts[1].isdigit() else None
+
+
+@check("fabric.gpudirect-rdma", severity="high",
+       title="GPUDirect RDMA is possible: nvidia_peermem loaded, or dma-buf available",
+       risk="without either, NCCL stages every network transfer through host memory: more "
+            "latency, less bandwidth, CPU memory traffic on every collective across nodes",
+       fix="manual: load nvidia_peermem (modprobe nvidia-peermem, and list it in "
+           "/etc/modules-load.d), or run NVIDIA's open kernel modules on Linux 5.12 or later "
+           "with CONFIG_DMABUF_MOVE_NOTIFY so NCCL can use dma-buf")
+def check_gpudirect_rdma(facts: Facts, profile: Profile) -> Outcome:
+    """Where the host has RDMA NICs and GPUs: ``nvidia_peermem`` loaded passes; so does
+    dma-buf (open kernel module, Linux 5.12+, ``CONFIG_DMABUF_MOVE_NOTIFY=y``); the open module
+    on 5.12+ with the kernel configuration unread warns; neither fails."""
+    del profile
+    fabric = facts.get("fabric") or {}
+    direct = fabric.get("gpudirect")
+    if not fabric.get("ib_devices") or (facts.get("gpu") or {}).get("present") is False:
+        return skip("no RDMA NIC, or no GPU: GPUDirect RDMA does not apply")
+    if direct is None or direct["open_module"] is None:
+        return skip("NVIDIA driver version not read (/proc/driver/nvidia/version): GPUDirect "
+                    "RDMA not judged")
+    evidence = source(facts, "fabric", "gpudirect")
+    if direct["peermem"]:
+        return Outcome(PASS, direct, "nvidia_peermem or dma-buf", "nvidia_peermem loaded",
+                       evidence)
+    release = _release(direct["kernel"])
+    new_kernel = release is not None and release >= DMABUF_KERNEL
+    if direct["open_module"] and new_kernel and direct["dmabuf_move_notify"]:
+        return Outcome(PASS, direct, "nvidia_peermem or dma-buf", "dma-buf: open kernel "
+                       f"module on Linux {direct['kernel']} with CONFIG_DMABUF_MOVE_NOTIFY",
+                       evidence)
+    if direct["open_module"] and new_kernel and direct["dmabuf_move_notify"] is None:
+        return Outcome(WARN, direct, "nvidia_peermem or dma-buf", "no nvidia_peermem; dma-buf "
+                       f"likely (open kernel module, Linux {direct['kernel']}) but the kernel "
+                       "configuration was not read", evidence)
+    why = ["the driver is not the open kernel module" if not direct["open_module"] else "",
+           f"Linux {direct['kernel']} is older than 5.12" if release and not new_kernel else "",
+           "CONFIG_DMABUF_MOVE_NOTIFY is off" if direct["dmabuf_move_notify"] is False else ""]
+    return Outcome(FAIL, direct, "nvidia_peermem or dma-buf", "nvidia_peermem not loaded and "
+                   "no dma-buf (" + "; ".join(w for w in why if w) + ")", evidence)
+
+
 @check("fabric.nccl-settings", severity="medium",
        title="The NCCL_* settings jobs inherit match the profile's tuned values",
        risk="NCCL defaults or stale values can cost bus bandwidth on this fabric",

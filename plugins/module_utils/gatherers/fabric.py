@@ -4,7 +4,8 @@
 were last cleared, usually boot). With ``counter_window`` seconds the counters are read again
 after that long and each port gets ``counters_delta``, what its counters gained meanwhile
 (``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s
-view of how each GPU reaches each NIC; ``nccl_conf`` resolves the NCCL_* settings
+view of how each GPU reaches each NIC; ``gpudirect`` what GPUDirect RDMA can use (nvidia_peermem
+or dma-buf); ``nccl_conf`` resolves the NCCL_* settings
 (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` > ``/etc/nccl.conf``).
 """
 
@@ -78,6 +79,24 @@ def _topology_facts(root: Sysroot, sheet: FactSheet) -> None:
     sheet.put("gpu_nic_topology_missing", missing, gpu_topology.SOURCE)
 
 
+def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
+    """``gpudirect``: what GPUDirect RDMA can go through. ``peermem`` (the nvidia_peermem
+    module is loaded: ``/sys/module/nvidia_peermem``), ``open_module`` (the driver is NVIDIA's
+    open kernel module: ``/proc/driver/nvidia/version``; ``None`` unread), ``kernel``
+    (``/proc/sys/kernel/osrelease``) and ``dmabuf_move_notify`` (``CONFIG_DMABUF_MOVE_NOTIFY``
+    in ``/boot/config-<kernel>``; ``None`` unread): dma-buf needs the last three."""
+    version = root.read_optional("proc/driver/nvidia/version")
+    kernel = root.read_optional("proc/sys/kernel/osrelease")
+    config = root.read_optional(f"boot/config-{kernel}") if kernel else None
+    sheet.put("gpudirect", {
+        "peermem": root.exists("sys/module/nvidia_peermem"),
+        "open_module": None if version is None else "Open Kernel Module" in version,
+        "kernel": kernel,
+        "dmabuf_move_notify": None if config is None else
+        "CONFIG_DMABUF_MOVE_NOTIFY=y" in config.splitlines(),
+    }, root.display("sys/module/nvidia_peermem"))
+
+
 def _nccl_facts(root: Sysroot, sheet: FactSheet) -> None:
     paths = conf_paths(root.environ())
     errors: list[HostStateError] = []
@@ -94,5 +113,6 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     sheet = FactSheet()
     _ib_facts(root, sheet, counter_window)
     _topology_facts(root, sheet)
+    _gpudirect_facts(root, sheet)
     _nccl_facts(root, sheet)
     return sheet.result()
