@@ -29,8 +29,7 @@ def test_only_gpu_and_fabric_health_checks_may_drain():
         "gpu.count", "gpu.nvidia-smi", "gpu.ecc-uncorrectable", "gpu.remapped-rows",
         "gpu.retired-pages-pending", "gpu.pcie-link", "gpu.clock-events", "gpu.temperature",
         "gpu.fabric-state", "gpu.nvlink-links", "gpu.imex", "gpu.dcgm-diag", "gpu.xids",
-        "fabric.ports",
-        "fabric.ib-errors"}
+        "fabric.ports", "fabric.ib-errors", "fabric.link-flaps"}
 
 
 @pytest.mark.parametrize(("result", "threshold", "drains"), [

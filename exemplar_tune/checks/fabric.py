@@ -228,6 +228,62 @@ def check_gpudirect_rdma(facts: Facts, profile: Profile) -> Outcome:
                    "no dma-buf (" + "; ".join(w for w in why if w) + ")", evidence)
 
 
+FLAP_WINDOW_S = 300.0  # ByteRobust: a network alert must repeat within 5 minutes
+FLAP_REPEATS = 2
+
+
+def _flaps(events: list[dict]) -> dict[str, list[dict]]:
+    """Per interface, its state changes in the last boot beyond the first ``up`` (a boot
+    brings each link up once)."""
+    changes: dict[str, list[dict]] = {}
+    for event in events:
+        if event["boot"] == 0 and event["state"] in ("down", "up", "unplugged"):
+            changes.setdefault(f"{event['device']} {event['iface']}", []).append(event)
+    for key, found in changes.items():
+        if found and found[0]["state"] == "up":
+            changes[key] = found[1:]
+    return {key: found for key, found in changes.items() if found}
+
+
+def _repeated(found: list[dict], window: float, repeats: int) -> bool:
+    stamps = [e["t"] for e in found if e["t"] is not None]
+    return any(stamps[i + repeats - 1] - stamps[i] <= window
+               for i in range(len(stamps) - repeats + 1))
+
+
+@check("fabric.link-flaps", health=True, severity="high",
+       title="No RDMA NIC link going down and up again and again (kernel log)",
+       risk="a flapping link stalls or aborts the collectives that cross it each time it drops; "
+            "NCCL may leave the rail or the job may hang until a timeout",
+       fix="manual: check the cable or transceiver and the switch port (mlxlink -d <dev> -m), "
+           "replace what keeps dropping; drain the node until then")
+def check_link_flaps(facts: Facts, profile: Profile) -> Outcome:
+    """In the last boot, per interface: link changes (down, unplugged, or an up beyond the
+    first) that repeat ``flap_repeats`` times within ``flap_window_s`` seconds fail (a flap, as
+    ByteRobust repeats an alert within 5 minutes before it acts); a single change warns."""
+    events = (facts.get("fabric") or {}).get("link_events")
+    if events is None:
+        return skip("kernel log not read: link flaps not judged")
+    settings = profile.get("fabric") or {}
+    window = settings.get("flap_window_s", FLAP_WINDOW_S)
+    repeats = settings.get("flap_repeats", FLAP_REPEATS)
+    evidence = source(facts, "fabric", "link_events")
+    changes = _flaps(events)
+    observed = {key: [f"{e['time']} {e['state']}" for e in found]
+                for key, found in changes.items()}
+    expected = f"fewer than {repeats} link changes within {window:g} s"
+    flapping = [f"{key}: {len(found)} changes ({', '.join(e['state'] for e in found[:6])})"
+                for key, found in changes.items() if _repeated(found, window, repeats)]
+    if flapping:
+        return Outcome(FAIL, observed, expected, f"link flapping ({repeats}+ changes within "
+                       f"{window:g} s) on {'; '.join(flapping)}", evidence)
+    if changes:
+        return Outcome(WARN, observed, expected, "link changed this boot on " + "; ".join(
+            f"{key}: {', '.join(e['state'] for e in found)}" for key, found in changes.items()),
+                       evidence)
+    return Outcome(PASS, observed, expected, "no NIC link went down this boot", evidence)
+
+
 @check("fabric.nccl-settings", severity="medium",
        title="The NCCL_* settings jobs inherit match the profile's tuned values",
        risk="NCCL defaults or stale values can cost bus bandwidth on this fabric",

@@ -3,10 +3,11 @@
 ``infiniband`` reads ``/sys/class/infiniband``, each port's error counters included (since they
 were last cleared, usually boot). With ``counter_window`` seconds the counters are read again
 after that long and each port gets ``counters_delta``, what its counters gained meanwhile
-(``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s
-view of how each GPU reaches each NIC; ``gpudirect`` what GPUDirect RDMA can use (nvidia_peermem
-or dma-buf); ``nccl_conf`` resolves the NCCL_* settings
-(environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` > ``/etc/nccl.conf``).
+(``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s view
+of how each GPU reaches each NIC; ``gpudirect`` what GPUDirect RDMA can use (nvidia_peermem or
+dma-buf); ``link_events`` the NICs' link downs and ups in the kernel log; ``nccl_conf`` resolves
+the NCCL_* settings (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` >
+``/etc/nccl.conf``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import time
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
-from ansible_collections.exemplar.tune.plugins.module_utils.readers import gpu_topology
+from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
+    gpu_topology,
+    link_events,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
     NotSupported,
@@ -79,6 +83,19 @@ def _topology_facts(root: Sysroot, sheet: FactSheet) -> None:
     sheet.put("gpu_nic_topology_missing", missing, gpu_topology.SOURCE)
 
 
+def _link_facts(root: Sysroot, sheet: FactSheet) -> None:
+    """``link_events``: the NICs' link downs and ups in the kernel log (``dmesg``, shared with
+    the gpu layer's Xid reading); ``None`` where the log could not be read."""
+    found = None
+    try:
+        found = link_events.parse_link_events(root.command("dmesg.txt").checked().stdout)
+    except NotSupported:
+        pass
+    except HostStateError as exc:
+        sheet.error("link_events", exc)
+    sheet.put("link_events", found, "dmesg")
+
+
 def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
     """``gpudirect``: what GPUDirect RDMA can go through. ``peermem`` (the nvidia_peermem
     module is loaded: ``/sys/module/nvidia_peermem``), ``open_module`` (the driver is NVIDIA's
@@ -114,5 +131,6 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     _ib_facts(root, sheet, counter_window)
     _topology_facts(root, sheet)
     _gpudirect_facts(root, sheet)
+    _link_facts(root, sheet)
     _nccl_facts(root, sheet)
     return sheet.result()
