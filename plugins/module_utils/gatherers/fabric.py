@@ -20,10 +20,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     gpu_topology,
     link_events,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
-    HostStateError,
-    NotSupported,
-)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
     IB_CLASS,
     read_counters,
@@ -68,34 +65,6 @@ def _deltas(root: Sysroot, devices: list[dict[str, Any]], window: float,
                                       for name, value in now.items()}
 
 
-def _topology_facts(root: Sysroot, sheet: FactSheet) -> None:
-    """``gpu_nic_topology``: how each GPU reaches each NIC (``nvidia-smi topo -m``); ``None``
-    with the reason in ``gpu_nic_topology_missing`` where nvidia-smi is absent or the report
-    was not captured."""
-    found = missing = None
-    try:
-        found = gpu_topology.read_topology(root)
-    except NotSupported as exc:
-        missing = f"{exc.path}: {exc.reason}"
-    except HostStateError as exc:
-        sheet.error("gpu_nic_topology", exc)
-    sheet.put("gpu_nic_topology", found, gpu_topology.SOURCE)
-    sheet.put("gpu_nic_topology_missing", missing, gpu_topology.SOURCE)
-
-
-def _link_facts(root: Sysroot, sheet: FactSheet) -> None:
-    """``link_events``: the NICs' link downs and ups in the kernel log (``dmesg``, shared with
-    the gpu layer's Xid reading); ``None`` where the log could not be read."""
-    found = None
-    try:
-        found = link_events.parse_link_events(root.command("dmesg.txt").checked().stdout)
-    except NotSupported:
-        pass
-    except HostStateError as exc:
-        sheet.error("link_events", exc)
-    sheet.put("link_events", found, "dmesg")
-
-
 def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
     """``gpudirect``: what GPUDirect RDMA can go through. ``peermem`` (the nvidia_peermem
     module is loaded: ``/sys/module/nvidia_peermem``), ``open_module`` (the driver is NVIDIA's
@@ -129,8 +98,9 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     """Facts of the fabric layer (see module docstring)."""
     sheet = FactSheet()
     _ib_facts(root, sheet, counter_window)
-    _topology_facts(root, sheet)
+    sheet.attempt_command("gpu_nic_topology", gpu_topology.SOURCE, gpu_topology.read_topology,
+                          root)
     _gpudirect_facts(root, sheet)
-    _link_facts(root, sheet)
+    sheet.attempt_command("link_events", link_events.SOURCE, link_events.read_link_events, root)
     _nccl_facts(root, sheet)
     return sheet.result()

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotSupported,
+)
 
 
 class FactSheet:
@@ -34,6 +37,22 @@ class FactSheet:
         except HostStateError as exc:
             self.error(key, exc)
             value = None
+        return self.put(key, value, source)
+
+    def attempt_command(self, key: str, source: str, reader: Callable[..., Any],
+                        *args: Any) -> Any:
+        """:meth:`attempt` for a reader of a command the host may lack: where the command is
+        not installed (or a capture lacks it), ``None`` with the reason in ``<key>_missing``
+        rather than an error."""
+        missing = None
+        try:
+            value = reader(*args)
+        except NotSupported as exc:
+            value, missing = None, f"{exc.path}: {exc.reason}"
+        except HostStateError as exc:
+            self.error(key, exc)
+            value = None
+        self.put(f"{key}_missing", missing, source)
         return self.put(key, value, source)
 
     def error(self, key: str, exc: HostStateError) -> None:

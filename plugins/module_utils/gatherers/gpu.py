@@ -88,38 +88,6 @@ def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
         "boots", "clock", "sxid_lines")}, xid.SOURCE)
 
 
-def _nvlink(root: Sysroot, sheet: FactSheet, present: bool | None) -> None:
-    """``nvlink``: each GPU's links (``nvidia-smi nvlink -s``); ``None`` without GPUs, and
-    ``None`` with the reason in ``nvlink_missing`` where the report was not captured or
-    nvidia-smi is absent."""
-    found = missing = None
-    if present:
-        try:
-            found = nvlink.read_nvlink_status(root)
-        except NotSupported as exc:
-            missing = f"{exc.path}: {exc.reason}"
-        except HostStateError as exc:
-            sheet.error("nvlink", exc)
-    sheet.put("nvlink", found, nvlink.SOURCE)
-    sheet.put("nvlink_missing", missing, nvlink.SOURCE)
-
-
-def _imex(root: Sysroot, sheet: FactSheet, present: bool | None) -> None:
-    """``imex``: the IMEX domain this node's daemon sees (``nvidia-imex-ctl -N``); ``None``
-    without GPUs, and ``None`` with the reason in ``imex_missing`` where the tool is absent
-    or the report was not captured."""
-    found = missing = None
-    if present:
-        try:
-            found = imex.read_imex_nodes(root)
-        except NotSupported as exc:
-            missing = f"{exc.path}: {exc.reason}"
-        except HostStateError as exc:
-            sheet.error("imex", exc)
-    sheet.put("imex", found, imex.SOURCE)
-    sheet.put("imex_missing", missing, imex.SOURCE)
-
-
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
     attached_gpus, count, gpus, nvlink, nvlink_missing, imex, imex_missing, xids, xid_incidents,
@@ -129,8 +97,12 @@ def gather(root: Sysroot) -> dict[str, Any]:
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
-    _nvlink(root, sheet, _present(report, why_not)[0])
-    _imex(root, sheet, _present(report, why_not)[0])
+    if _present(report, why_not)[0]:
+        sheet.attempt_command("nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, root)
+        sheet.attempt_command("imex", imex.SOURCE, imex.read_imex_nodes, root)
+    else:
+        for key in ("nvlink", "nvlink_missing", "imex", "imex_missing"):
+            sheet.put(key, None, nvlink.SOURCE if key.startswith("nvlink") else imex.SOURCE)
     _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()

@@ -14,6 +14,10 @@ import re
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import kernel_log
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
+
+COMMAND = "dmesg.txt"
+SOURCE = "dmesg"
 
 _LINK = re.compile(r"^(?P<driver>mlx[45]_(?:core|en|ib))(?: (?P<bdf>[0-9a-fA-F:.]+))?:? "
                    r"(?P<iface>[\w.-]+): Link (?P<state>[Dd]own|[Uu]p)\b")
@@ -37,3 +41,9 @@ def parse_link_events(text: str) -> list[dict[str, Any]]:
                       "state": groups["state"].lower(), "time": line.time, "t": line.t,
                       "clock": line.clock, "boot": line.boot - last})
     return found
+
+
+def read_link_events(root: Sysroot) -> list[dict[str, Any]]:
+    """``parse_link_events`` of the host's kernel log (``dmesg``, shared with the Xid
+    reading); ``NotSupported`` where dmesg is absent or was not captured."""
+    return parse_link_events(root.command(COMMAND).checked().stdout)
