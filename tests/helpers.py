@@ -21,6 +21,19 @@ def copy_sysroot(name: str, dest: Path) -> Path:
     return target
 
 
+def captured_host(root: Path, outputs: dict[str, str | Path | None]) -> Path:
+    """A sysroot at ``root`` holding only command outputs: each ``.exemplar/commands/<name>``
+    is the text given, or a copy of the capture file given (``None``: left out)."""
+    commands = root / ".exemplar" / "commands"
+    commands.mkdir(parents=True)
+    for name, output in outputs.items():
+        if isinstance(output, Path):
+            shutil.copyfile(output, commands / name)
+        elif output is not None:
+            (commands / name).write_text(output)
+    return root
+
+
 def tracked_tree(dest: Path) -> Path:
     """A copy at ``dest`` of the repository's tracked files only (no stale ``build/``, no
     untracked files): what a clean clone holds, to build a wheel from."""

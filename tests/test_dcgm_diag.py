@@ -19,7 +19,7 @@ import pytest
 from exemplar_tune.dcgm import from_output, parse
 from exemplar_tune.diagnose import diagnose_text
 from tests.corpus import REALWORLD
-from tests.helpers import cli_env
+from tests.helpers import captured_host, cli_env
 from tests.test_cli import cli
 
 DCGM = REALWORLD / "dcgm"
@@ -121,11 +121,9 @@ def test_preflight_runs_dcgm_on_the_hosts_and_says_when_it_is_absent(tmp_path):
 
 def test_a_sysroot_reads_its_captured_run(tmp_path):
     """A captured host (the real GB200 nvidia-smi -q -x) with a DCGM 4 run beside it."""
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    shutil.copyfile(REALWORLD / "nvidia-smi-xml" / "nvidia-k8s-test-infra-gb200-q-x.xml",
-                    commands / "nvidia-smi-q-x.xml")
-    (commands / "dcgmi-diag.json").write_text(json.dumps(DCGM4))
+    captured_host(tmp_path / "host", {
+        "nvidia-smi-q-x.xml": REALWORLD / "nvidia-smi-xml" / "nvidia-k8s-test-infra-gb200-q-x.xml",
+        "dcgmi-diag.json": json.dumps(DCGM4)})
     out = cli("preflight", "--sysroot", str(tmp_path / "host"), "--layer", "gpu", "--profile",
               "generic", "--dcgm-level", "2", "--format", "json")
     doc = json.loads(out.stdout)

@@ -5,7 +5,6 @@ real capture (the GB200 one), each laid out in a sysroot and read as a host woul
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
 from tests.corpus import REALWORLD
+from tests.helpers import captured_host
 
 XML = REALWORLD / "nvidia-smi-xml"
 TEXT = REALWORLD / "nvidia-smi-text"
@@ -28,14 +28,9 @@ CHECK = next(c for c in CHECKS if c.id == "gpu.fabric-state")
 
 def judge(capture: Path, tmp_path: Path, want: str | None = None, text: str | None = None):
     """The check's outcome on a host whose nvidia-smi report is ``capture`` (or ``text``)."""
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
     name = "nvidia-smi-q-x.xml" if capture.suffix == ".xml" else "nvidia-smi-q.txt"
-    if text is None:
-        shutil.copyfile(capture, commands / name)
-    else:
-        (commands / name).write_text(text)
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["gpu"])
+    root = captured_host(tmp_path / "host", {name: capture if text is None else text})
+    facts = gather_facts(Sysroot(str(root)), ["gpu"])
     return CHECK.func(facts, {"gpu": {"nvlink_fabric": want}} if want else {})
 
 
@@ -81,10 +76,8 @@ def test_broken_and_degraded_states_of_one_gpu(tmp_path, old, new, status, words
 def test_every_fabric_field_of_the_text_report_reads_as_the_xml_does(tmp_path):
     """H200 -q text: the same fabric facts as an XML report would give (clique 0, zero
     cluster UUID: a node's own fabric), no read errors."""
-    commands = tmp_path / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    shutil.copyfile(H200, commands / "nvidia-smi-q.txt")
-    facts = gather_facts(Sysroot(str(tmp_path)), ["gpu"])
+    root = captured_host(tmp_path / "host", {"nvidia-smi-q.txt": H200})
+    facts = gather_facts(Sysroot(str(root)), ["gpu"])
     (gpu,) = facts["gpu"]["gpus"]
     assert gpu["fabric"] == {"state": "Completed", "status": "Success", "clique_id": 0,
                              "cluster_uuid": "00000000-0000-0000-0000-000000000000",

@@ -6,7 +6,6 @@ domain) or the real B200 one (a node's own fabric: IMEX not needed)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP
 from tests.corpus import REALWORLD
+from tests.helpers import captured_host
 
 IMEX = REALWORLD / "imex"
 GB200_Q = REALWORLD / "nvidia-smi-xml" / "nvidia-k8s-test-infra-gb200-q-x.xml"
@@ -27,12 +27,9 @@ CHECK = next(c for c in CHECKS if c.id == "gpu.imex")
 
 def judge(tmp_path: Path, imex: str | None, profile: dict | None = None,
           report: Path = GB200_Q):
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    shutil.copyfile(report, commands / "nvidia-smi-q-x.xml")
-    if imex is not None:
-        (commands / "nvidia-imex-ctl-N.txt").write_text(imex)
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["gpu"])
+    root = captured_host(tmp_path / "host", {"nvidia-smi-q-x.xml": report,
+                                             "nvidia-imex-ctl-N.txt": imex})
+    facts = gather_facts(Sysroot(str(root)), ["gpu"])
     return CHECK.func(facts, profile or {})
 
 

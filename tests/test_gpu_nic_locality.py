@@ -18,6 +18,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import PASS, SKIP, WARN
 from tests.corpus import REALWORLD
+from tests.helpers import captured_host
 
 TOPO = REALWORLD / "nvidia-smi-topo"
 B200 = TOPO / "kubernetes-sigs-dranet-b200-gke-a4-8gpu-8nic-topo-m.txt"
@@ -26,11 +27,8 @@ CHECK = next(c for c in CHECKS if c.id == "fabric.gpu-nic-locality")
 
 
 def judge(tmp_path: Path, text: str | None):
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    if text is not None:
-        (commands / "nvidia-smi-topo-m.txt").write_text(text)
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["fabric"])
+    root = captured_host(tmp_path / "host", {"nvidia-smi-topo-m.txt": text})
+    facts = gather_facts(Sysroot(str(root)), ["fabric"])
     return CHECK.func(facts, {})
 
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
 from tests.corpus import REALWORLD
+from tests.helpers import captured_host
 
 NVLINK = REALWORLD / "nvlink"
 H200_Q = (REALWORLD / "nvidia-smi-text"
@@ -31,12 +31,9 @@ def judge(tmp_path: Path, status: str | None, profile: dict | None = None,
           report: Path = H200_Q):
     """The check's outcome on a host with ``report`` as its nvidia-smi -q and ``status`` as
     its nvidia-smi nvlink -s (None: not captured)."""
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    shutil.copyfile(report, commands / "nvidia-smi-q.txt")
-    if status is not None:
-        (commands / "nvidia-smi-nvlink-s.txt").write_text(status)
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["gpu"])
+    root = captured_host(tmp_path / "host", {"nvidia-smi-q.txt": report,
+                                             "nvidia-smi-nvlink-s.txt": status})
+    facts = gather_facts(Sysroot(str(root)), ["gpu"])
     return CHECK.func(facts, profile or {}), facts["gpu"]
 
 
@@ -104,13 +101,10 @@ B200_Q = REALWORLD / "nvidia-smi-xml" / "nvidia-k8s-test-infra-b200-q-x.xml"
 
 
 def judge_on(tmp_path: Path, capture: str, report: Path, profile: dict | None = None):
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    shutil.copyfile(report, commands / ("nvidia-smi-q-x.xml" if report.suffix == ".xml"
-                                        else "nvidia-smi-q.txt"))
-    shutil.copyfile(NVLINK / capture, commands / "nvidia-smi-nvlink-s.txt")
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["gpu"])
-    return CHECK.func(facts, profile or {})
+    report_name = "nvidia-smi-q-x.xml" if report.suffix == ".xml" else "nvidia-smi-q.txt"
+    root = captured_host(tmp_path / "host", {report_name: report,
+                                             "nvidia-smi-nvlink-s.txt": NVLINK / capture})
+    return CHECK.func(gather_facts(Sysroot(str(root)), ["gpu"]), profile or {})
 
 
 @pytest.mark.parametrize(("capture", "read"), [

@@ -17,6 +17,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
 from tests.corpus import REALWORLD
+from tests.helpers import captured_host
 
 EVENTS = REALWORLD / "link-events"
 LKML = EVENTS / "lkml-acme-20241204-dmesg-tail-mlx5-link-down.txt"
@@ -26,11 +27,8 @@ CHECK = next(c for c in CHECKS if c.id == "fabric.link-flaps")
 
 
 def judge(tmp_path: Path, log: str | None, profile: dict | None = None):
-    commands = tmp_path / "host" / ".exemplar" / "commands"
-    commands.mkdir(parents=True)
-    if log is not None:
-        (commands / "dmesg.txt").write_text(log)
-    facts = gather_facts(Sysroot(str(tmp_path / "host")), ["fabric"])
+    root = captured_host(tmp_path / "host", {"dmesg.txt": log})
+    facts = gather_facts(Sysroot(str(root)), ["fabric"])
     return CHECK.func(facts, profile or {})
 
 
