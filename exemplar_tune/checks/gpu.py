@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.gpu import in_cluster
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import xid_catalog as cat
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid_incidents import (
     group_incidents,
@@ -427,17 +428,15 @@ def check_temperature(facts: Facts, profile: Profile) -> Outcome:
 
 # -- NVLink fabric ---------------------------------------------------------------------------
 
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 FABRIC_EXPECTATIONS = ("multi-node", "node", "none")
 
 
-def _domain(fabric: dict[str, Any]) -> str:
+def _domain(gpu: dict[str, Any]) -> str:
     """``none`` (no fabric: PCIe GPUs, no NVSwitch), ``node`` (registered, no cluster: HGX with
     NVSwitch) or ``multi-node`` (a clique of a cluster: GB200/GB300 NVL)."""
-    if fabric.get("state") is None:
+    if (gpu.get("fabric") or {}).get("state") is None:
         return "none"
-    uuid = fabric.get("cluster_uuid")
-    return "multi-node" if uuid and uuid != ZERO_UUID else "node"
+    return "multi-node" if in_cluster(gpu) else "node"
 
 
 def _fabric_problems(gpu: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -480,7 +479,7 @@ def check_fabric_state(facts: Facts, profile: Profile) -> Outcome:
     if not_judged:
         return not_judged
     want = _expect(profile, "nvlink_fabric")
-    domains = {_name(g): _domain(g.get("fabric") or {}) for g in gpus}
+    domains = {_name(g): _domain(g) for g in gpus}
     found = {_name(g): _fabric_problems(g) for g in gpus}
     observed = {name: {"domain": domains[name], "broken": found[name][0],
                        "degraded": found[name][1]} for name in domains}
@@ -608,7 +607,7 @@ def check_imex(facts: Facts, profile: Profile) -> Outcome:
     gpus, not_judged = _gpus(facts)
     if not_judged:
         return not_judged
-    if not any(_domain(g.get("fabric") or {}) == "multi-node" for g in gpus):
+    if not any(_domain(g) == "multi-node" for g in gpus):
         return skip("no multi-node NVLink domain: IMEX is not needed here (not configured)")
     want = bool(_expect(profile, "imex"))
     found = _layer(facts).get("imex")

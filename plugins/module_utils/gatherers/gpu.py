@@ -8,15 +8,17 @@ events come from the kernel log (:mod:`xid`): ``xids`` holds one event per repor
 ``xid_incidents`` the events grouped into incidents with their recovery action
 (:mod:`xid_incidents`, default window), ``xid_log`` what else the log told (boots seen, clock,
 NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi nvlink
--s`` (:mod:`nvlink`); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N`` (:mod:`imex`). Having
-no GPU, no driver or no nvidia-smi is an answer (``present: False`` with a ``reason``), not an
-error; an output that cannot be understood (malformed or unsafe XML, an unexpected failure) is
-``present: None`` plus an ``errors`` entry; a single field that cannot be read is ``None`` plus
-an ``errors`` entry naming it (``gpus.N``).
+-s`` (:mod:`nvlink`); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N`` (:mod:`imex`), read
+only where a GPU is in a multi-node NVLink domain. Having no GPU, no driver or no nvidia-smi is
+an answer (``present: False`` with a ``reason``), not an error; an output that cannot be
+understood (malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an
+``errors`` entry; a single field that cannot be read is ``None`` plus an ``errors`` entry naming
+it (``gpus.N``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
@@ -97,15 +99,31 @@ def gather(root: Sysroot) -> dict[str, Any]:
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
-    if _present(report, why_not)[0]:
-        sheet.attempt_command("nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, root)
-        sheet.attempt_command("imex", imex.SOURCE, imex.read_imex_nodes, root)
-    else:
-        for key in ("nvlink", "nvlink_missing", "imex", "imex_missing"):
-            sheet.put(key, None, nvlink.SOURCE if key.startswith("nvlink") else imex.SOURCE)
+    present = _present(report, why_not)[0]
+    _optional(sheet, root, "nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, present)
+    # IMEX only matters in a multi-node NVLink domain: elsewhere its tool is not even run
+    _optional(sheet, root, "imex", imex.SOURCE, imex.read_imex_nodes,
+              present and any(in_cluster(g) for g in report["gpus"]))
     _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
+
+
+def in_cluster(gpu: dict[str, Any]) -> bool:
+    """Whether the GPU is registered in a multi-node NVLink domain (a non-zero cluster UUID:
+    GB200/GB300 NVL)."""
+    uuid = (gpu.get("fabric") or {}).get("cluster_uuid")
+    return bool(uuid) and set(uuid) - set("0-") != set()
+
+
+def _optional(sheet: FactSheet, root: Sysroot, key: str, source: str,
+              reader: Callable[[Sysroot], Any], wanted: bool | None) -> None:
+    """``key`` from a command the host may lack, when ``wanted``; ``None`` otherwise."""
+    if wanted:
+        sheet.attempt_command(key, source, reader, root)
+    else:
+        sheet.put(key, None, source)
+        sheet.put(f"{key}_missing", None, source)
 
 
 def put_report(sheet: FactSheet, report: dict[str, Any] | None, src: str,
