@@ -130,8 +130,9 @@ VOLATILE = {"usage", "time", "time_us", "above", "below", "rejected", "sources",
 
 def _stable(value):
     """Facts without moving counters and without source-naming texts."""
-    if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, dict):  # "<fact>_missing": why a command's output is absent
+        return {k: _stable(v) for k, v in value.items()
+                if k not in VOLATILE and not k.endswith("_missing")}
     if isinstance(value, list):
         return [_stable(v) for v in value]
     return value

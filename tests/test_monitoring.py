@@ -44,7 +44,7 @@ def test_the_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
     (``monitoring/exemplar-tune.rules.test.yml``)."""
     checked = subprocess.run([tool("promtool"), "check", "rules", str(RULES)],
                              capture_output=True, text=True, timeout=120)
-    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, \
+    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, \
         checked.stdout + checked.stderr
     tested = subprocess.run([tool("promtool"), "test", "rules", str(RULE_TESTS)],
                             capture_output=True, text=True, timeout=120, cwd=RULES.parent)
@@ -156,7 +156,7 @@ def test_prometheus_reads_back_what_exemplar_tune_meant(prometheus, tmp_path: Pa
     stamp = _key("exemplar_tune_run_timestamp_seconds", {"command": "audit"})
     assert abs(stored[stamp] - time.time()) < 120  # before: %g, off by up to an hour
     rules = api(port, "rules")["groups"][0]["rules"]
-    assert len(rules) == 6 and {r["health"] for r in rules} == {"ok"}, rules
+    assert len(rules) == 7 and {r["health"] for r in rules} == {"ok"}, rules
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         alerts = api(port, "alerts")["alerts"]

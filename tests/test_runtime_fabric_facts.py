@@ -473,7 +473,7 @@ def test_malformed_port_file_is_none_plus_an_error(tmp_path):
         "mlx5_0", "0000:03:00.0", None, [])
     assert first["ports"] == [{"port": 1, "state": {"code": 4, "name": "ACTIVE"},
                                "phys_state": None, "rate_gbps": None, "rate": None,
-                               "link_layer": "InfiniBand"}]
+                               "link_layer": "InfiniBand", "counters": {}}]
     assert (second["name"], second["bdf"]) == ("mlx5_10", None)
     assert facts["errors"] == [{"fact": "ib_devices",
                                 "path": "/sys/class/infiniband/mlx5_0/ports/1/rate",
@@ -554,7 +554,7 @@ def test_h100_fabric_roce_ports_and_nccl_settings(host, qps):
         assert dev["ports"] == [{"port": 1, "state": {"code": 4, "name": "ACTIVE"},
                                  "phys_state": {"code": 5, "name": "LinkUp"},
                                  "rate_gbps": 200.0, "rate": "200 Gb/sec (4X HDR)",
-                                 "link_layer": "Ethernet"}]
+                                 "link_layer": "Ethernet", "counters": {}}]
     settings = facts["nccl_settings"]
     assert settings["NCCL_IB_QPS_PER_CONNECTION"] == {"value": qps, "source": "/etc/nccl.conf"}
     assert ("NCCL_TOPO_FILE" in settings) is (host == "h100-x86")
