@@ -41,15 +41,16 @@ in the same Ansible pass that reads its facts: the host's exemplar_node_bench_co
 argument list in the inventory, e.g. your GEMM or single-node training step), else nccl-tests
 all_reduce_perf over its GPUs where installed, else a timed loop on one CPU core. The value of
 a run is the nccl-tests time of the largest row, the median step time of a training log it
-printed, or else its wall time. With --bench, a shape of a benchmark file runs from this
-machine once per host per round, that host alone (EXEMPLAR_TUNE_HOSTS names it; a Slurm shape
-gets that one node), the hosts in a rotating order.
+printed, or else its wall time; the whole pass is bounded by --timeout (default 600 s: raise
+it for long benchmarks). With --bench, a shape of a benchmark file runs from this machine once
+per host per round, that host alone (EXEMPLAR_TUNE_HOSTS names it; a Slurm shape gets that one
+node), the hosts in a rotating order.
 
-Each host is compared with the pooled runs of all the others: its slowdown and an interval
-whose error is shared over all hosts. A host is slow when the whole interval lies above zero
-and the slowdown is at least --min-slowdown. Each slow host is then joined with the facts
-where it differs from the fleet's majority (facts --differ), no profile needed; slow hosts
-that differ alike are folded into one hostlist. Exit 1 when a host is slow.
+Each host is compared with the pooled runs of the others not found slow: its slowdown and an
+interval whose error is shared over all hosts. A host is slow when the whole interval lies
+above zero and the slowdown is at least --min-slowdown. Each slow host is then joined with the
+facts where it differs from the fleet's majority (facts --differ), no profile needed; slow
+hosts that differ alike are folded into one hostlist. Exit 1 when a host is slow.
 Try it: exemplar-tune sim create /tmp/c --hosts 8 --fault node05=deep_cstate_disabled
         exemplar-tune slow-nodes -i /tmp/c/inventory.yml      (README "Slow nodes")
 """

@@ -8,8 +8,7 @@ The benchmark is either
   ``exemplar.tune.node_bench`` on every host at once (Ansible's forks), one call per host that
   reads the host's facts and then runs the benchmark ``runs`` times: the host's
   ``exemplar_node_bench_command``, else nccl-tests ``all_reduce_perf`` over its GPUs, else a
-  timed loop on one core. A run's value is read from
-  its output (:func:`node_value`); or
+  timed loop on one core. A run's value is read from its output (:func:`node_value`); or
 * a shape of a benchmark file (:func:`measure`: the user's command from the controller, e.g.
   ``srun`` of a single-node nccl-tests), run once per host per round with that host alone
   (``EXEMPLAR_TUNE_HOSTS``, and the inventory limited to it for Slurm shapes), the hosts in a
@@ -124,7 +123,7 @@ def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
             if task["status"] == "ok" and isinstance(res.get("exemplar_tune_json"), str):
                 facts[host] = json.loads(res["exemplar_tune_json"])
                 found[host] = (res["kind"], list(res["runs"]))
-        if host not in facts or host not in found:
+        if host not in found:
             missing[host] = result.message or "no benchmark result"
     kinds: dict[str, list[str]] = {}
     for host, (kind, _) in found.items():
@@ -135,10 +134,9 @@ def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
             + " (set exemplar_node_bench_command for every host)")
     values, units = {}, set()
     for host, (kind, done) in found.items():
-        if host in facts:
-            read = [node_value(kind, one, host) for one in done]
-            values[host] = [value for value, _ in read]
-            units.update(unit for _, unit in read)
+        read = [node_value(kind, one, host) for one in done]
+        values[host] = [value for value, _ in read]
+        units.update(unit for _, unit in read)
     measured = f"{next(iter(kinds), 'nothing')}: {', '.join(sorted(units)) or '-'}"
     return NodeRuns(facts, values, missing, measured)
 
