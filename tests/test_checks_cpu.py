@@ -95,6 +95,9 @@ def test_cpu_checks_registered_once_with_metadata():
 
 # ---- fixture hosts --------------------------------------------------------------------------
 
+# the fixture trees hold no /sys/kernel/mm; the shipped profiles set no THP mode
+MEMORY_SKIPPED = dict.fromkeys(("cpu.transparent-hugepage", "cpu.hugepages-2m",
+                                "cpu.hugepages-1g"), SKIP)
 FIXTURE_STATUSES = {
     "h100-x86": {
         "cpu.deep-cstates-disabled": FAIL, "cpu.cstate-cmdline-limits": PASS,
@@ -102,16 +105,19 @@ FIXTURE_STATUSES = {
         "cpu.turbo": PASS, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
         "cpu.sched-autogroup": SKIP,  # the shipped profiles leave autogroup alone
+        **MEMORY_SKIPPED,
     },
     # no BMC in the fixture trees: the BIOS check is skipped (tests/test_bios_redfish.py)
     "healthy-h100": {**dict.fromkeys(CPU_IDS, PASS), "cpu.numa-balancing": PASS,
-                     "cpu.bios-cstates": SKIP, "cpu.sched-autogroup": SKIP},
+                     "cpu.bios-cstates": SKIP, "cpu.sched-autogroup": SKIP,
+                     **MEMORY_SKIPPED},
     "gb200-grace-vm": {
         "cpu.deep-cstates-disabled": SKIP, "cpu.cstate-cmdline-limits": SKIP,
         "cpu.pm-qos-holder": SKIP, "cpu.bios-cstates": SKIP, "cpu.governor": SKIP,
         "cpu.turbo": SKIP, "cpu.housekeeping-overlap": FAIL, "cpu.irqbalance-banned": WARN,
         "cpu.job-cpus-gpu-local": PASS, "cpu.numa-balancing": WARN,
         "cpu.sched-autogroup": SKIP,  # the shipped profiles leave autogroup alone
+        **MEMORY_SKIPPED,
     },
 }
 

@@ -9,6 +9,7 @@ mode, owner and mtime of every path), and a second apply changes nothing.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     apply_changes,
     restore_entries,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import run_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
+    LayerFailed,
+    run_layer,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import edit_text
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import (
     dropin,
@@ -338,3 +342,81 @@ def test_sysctl_d_names_one_key_in_all_its_spellings(line):
     text = f"# keep\n{line}\n; keep too\n"
     assert edit_text(text, {"kernel.numa_balancing": "0"}, "sysctl") == \
         "# keep\nkernel.numa_balancing = 0\n; keep too\n"
+
+
+# -- sysfs attributes: host memory pages -------------------------------------------------------
+
+THP = "sys/kernel/mm/transparent_hugepage/enabled"
+POOL_2M = "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+
+
+@pytest.fixture
+def memory_host(tmp_path: Path) -> Path:
+    """h100-x86 with the THP mode and hugetlb pools as this machine's kernel shows them."""
+    root = copy_sysroot("h100-x86", tmp_path)
+    for rel in (THP, POOL_2M, "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("0\n")
+    (root / THP).write_text("always [madvise] never\n")
+    return root
+
+
+def test_the_real_thp_mode_reads_as_the_choice_in_brackets():
+    knob = get_knob("cpu.transparent_hugepage")
+    mode = knob.state.read(Sysroot("/"))
+    if mode is None:
+        pytest.fail("this kernel has no /sys/kernel/mm/transparent_hugepage/enabled")
+    (word,) = mode
+    assert f"[{word}]" in Path("/", THP).read_text()
+    assert word in ("always", "madvise", "never")
+
+
+def test_the_thp_mode_is_set_checked_and_put_back_as_the_choice_in_force(memory_host):
+    def verdict() -> tuple[str, str]:
+        facts = {"cpu": get_layer("cpu").gather(Sysroot(str(memory_host)))}
+        found = {r.id: r for r in run_checks(facts, {"cpu": want}, ["cpu"])}
+        return found["cpu.transparent-hugepage"].status, found["cpu.transparent-hugepage"].detail
+
+    want = {"transparent_hugepage": "always"}
+    before = state_of(memory_host)
+    assert _apply(memory_host, want, check_mode=True)["changed"]
+    assert state_of(memory_host) == before
+    assert verdict() == (WARN, f"/{THP}=madvise, profile wants always")
+    assert _apply(memory_host, want)["changed"]
+    assert verdict() == (PASS, f"/{THP}=always")
+    assert not _apply(memory_host, want, run_id="r2")["changed"]
+    entry = Journal(Sysroot(str(memory_host)), "r1").load()["entries"][0]
+    assert entry["previous"] == "madvise\n"  # the kernel takes a word, not its list back
+    assert _restore(memory_host)["failed"] == []
+    assert get_knob("cpu.transparent_hugepage").state.read(Sysroot(str(memory_host))) == \
+        {"madvise": 1}
+
+
+def test_a_thp_mode_the_kernel_does_not_offer_is_refused_before_planning(memory_host):
+    before = state_of(memory_host)
+    with pytest.raises(LayerFailed, match="'defer' is not one of .*nothing was changed"):
+        _apply(memory_host, {"transparent_hugepage": "defer"})
+    assert state_of(memory_host) == before
+
+
+def test_the_hugetlb_pool_is_reserved_and_restored_byte_for_byte(memory_host):
+    before = without_mtimes(state_of(memory_host))
+    facts = {"cpu": get_layer("cpu").gather(Sysroot(str(memory_host)))}
+    profile = {"cpu": {"hugepages_2m": 5128, "hugepages_1g": 2}}
+    found = {r.id: r for r in run_checks(facts, profile, ["cpu"])}
+    assert (found["cpu.hugepages-2m"].status, found["cpu.hugepages-2m"].detail) == \
+        (WARN, f"/{POOL_2M}=0, profile wants 5128")
+    result = _apply(memory_host, profile["cpu"])
+    assert {k["knob"] for k in result["knobs"] if k["changed"]} == {"hugepages_2m",
+                                                                     "hugepages_1g"}
+    assert (memory_host / POOL_2M).read_text().strip() == "5128"
+    assert _restore(memory_host)["failed"] == []
+    assert_restored(before, memory_host)
+
+
+def test_a_kernel_without_the_pool_size_skips_the_check_saying_so(memory_host):
+    shutil.rmtree(memory_host / "sys/kernel/mm/hugepages/hugepages-1048576kB")
+    facts = {"cpu": get_layer("cpu").gather(Sysroot(str(memory_host)))}
+    found = {r.id: r for r in run_checks(facts, {"cpu": {"hugepages_1g": 2}}, ["cpu"])}
+    assert found["cpu.hugepages-1g"].status == SKIP
+    assert "hugepages-1048576kB/nr_hugepages absent" in found["cpu.hugepages-1g"].detail

@@ -36,6 +36,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
     HostStateError,
     NotSupported,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import selected_choice
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
 
 
@@ -131,7 +132,7 @@ def read_current(root: Sysroot, change: Change) -> bytes | str | dict[str, Any] 
         except NotSupported:
             return None
     if isinstance(change, AttrChange):
-        return root.read_text(change.path)
+        return selected_choice(root.read_text(change.path))
     if isinstance(change, Regenerate):
         return None
     return change.current
@@ -192,8 +193,11 @@ def entry_for(root: Sysroot, change: Change, layer: str, knob: str) -> dict[str,
         return dict(base, kind="regenerate", path=change.label, argv=list(change.argv),
                     ran=change.run, previous=None, after=" ".join(change.argv))
     if isinstance(change, AttrChange):
+        text = root.read_text(change.path, strip=False)
+        choice = selected_choice(text)  # a choice list is put back as the choice in force
+        previous = text if choice == text.strip() else choice + "\n"
         return dict(base, kind="attr", path=root.display(change.path),
-                    previous=root.read_text(change.path, strip=False), after=change.value)
+                    previous=previous, after=change.value)
     if isinstance(change, RedfishChange):
         return dict(base, kind="redfish", path=change.label, bmc=change.target.bmc_url,
                     system=change.target.system, previous=read_current(root, change),

@@ -1,5 +1,5 @@
 """The cpu layer's knobs: idle states, kernel C-state limits, tuned, frequency, housekeeping,
-NUMA balancing, scheduler autogroup and the BIOS policy behind the BMC.
+NUMA balancing, scheduler autogroup, host memory pages and the BIOS policy behind the BMC.
 
 Family knobs are complete here; the planners of the others are in ``planners/cpu.py``.
 """
@@ -129,6 +129,33 @@ KNOBS: tuple[Knob, ...] = (
                            "with autogroup on, CFS divides CPU time between sessions, not "
                            "tasks: a training job's many threads weigh as much as one shell's "
                            "build on a contended core")),
+    sysfs_attr("cpu", "transparent_hugepage", "sys/kernel/mm/transparent_hugepage/enabled",
+               "transparent huge pages mode",
+               {"type": "string", "enum": ["always", "madvise", "never"],
+                "pattern": WORD.pattern,
+                "description": "transparent huge pages: always, madvise (only where the "
+                               "program asks) or never"},
+               check=CheckSpec("low", "transparent huge pages mode matches the profile",
+                               "THP decides whether loader and pinned host buffers get huge "
+                               "pages (fewer TLB misses) or pay compaction stalls; on a 64 KiB "
+                               "page Grace kernel a THP is 512 MiB (NVIDIA Grace tuning "
+                               "guide)"),
+               doc="C(transparent_hugepage) writes the THP mode (runtime; the kernel "
+                   "argument C(transparent_hugepage=) keeps it across boots)."),
+    *(sysfs_attr("cpu", f"hugepages_{size}",
+                 f"sys/kernel/mm/hugepages/hugepages-{kib}kB/nr_hugepages",
+                 f"{size.upper()} hugetlb pool size",
+                 {"type": "integer", "minimum": 0, "maximum": 1 << 24,
+                  "description": f"{size.upper()} huge pages reserved in the hugetlb pool "
+                                 f"(NVIDIA's GB200 performance profile: {count})"},
+                 check=CheckSpec("low", f"{size.upper()} hugetlb pool matches the profile",
+                                 "programs that map hugetlbfs fall back to small pages or "
+                                 "fail to map when the pool is smaller than provisioned"),
+                 doc=f"C(hugepages_{size}) sets the {size.upper()} hugetlb pool now (the kernel "
+                     "may find less contiguous memory on a long-running host: then the knob "
+                     "fails and is put back; the kernel arguments C(hugepagesz=) "
+                     "C(hugepages=) reserve it at boot).")
+      for size, kib, count in (("2m", 2048, 5128), ("1g", 1048576, 2))),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
          "plan_bios", {"bios": BIOS_SCHEMA},
          (Setting("cpu_bios_apply_time", "OnReset",

@@ -41,7 +41,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     one_line,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_int
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import (
+    parse_int,
+    selected_choice,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 if TYPE_CHECKING:  # planning needs these; reading a knob's state (every facts run) does not
@@ -140,19 +143,24 @@ class Sysctl(State):
 
 class SysfsAttr(State):
     """One attribute over a glob of devices or CPUs (``label``, relative to the root), written
-    in place (runtime)."""
+    in place (runtime). An attribute that lists its choices (``always [madvise] never``)
+    reads as the one in force."""
+
+    def __init__(self, layer: str, fact: str, glob: str, schema: dict[str, Any]) -> None:
+        super().__init__(layer, fact, "/" + glob, schema)
+        self.glob = glob
 
     @property
     def fix(self) -> str:  # noqa: D102
-        return f"write the profile value to /{self.label}"
+        return f"write the profile value to {self.label}"
 
     def source(self, root: Sysroot) -> str:  # noqa: D102
-        return root.display(self.label)
+        return root.display(self.glob)
 
     def read(self, root: Sysroot) -> dict[str, int] | None:
         """How many of the attributes hold each value; ``None`` when the host has none."""
-        values = Counter(v for v in (root.read_optional(p) for p in root.glob(self.label))
-                         if v is not None)
+        values = Counter(selected_choice(v) for v in
+                         (root.read_optional(p) for p in root.glob(self.glob)) if v is not None)
         return dict(sorted(values.items())) or None
 
     def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
@@ -164,7 +172,7 @@ class SysfsAttr(State):
         value = _want(self, target)
         if value is None:
             return []
-        return [AttrChange(path, value) for path in root.glob(self.label) if root.exists(path)]
+        return [AttrChange(path, value) for path in root.glob(self.glob) if root.exists(path)]
 
 
 class KernelArg(State):

@@ -6,7 +6,11 @@ Each takes the file's text and the path it came from (for the error) and raises
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+
+_SELECTED = re.compile(r"\[([^\]\s]+)\]")
 
 
 def parse_int(text: str, source: str = "value") -> int:
@@ -30,3 +34,10 @@ def parse_flag(text: str, source: str = "value") -> bool:
 def parse_text(text: str, source: str = "value") -> str:  # noqa: ARG001 - a parser's signature
     """A one-line text file, stripped."""
     return text.strip()
+
+
+def selected_choice(text: str) -> str:
+    """The choice in force of an attribute that lists its choices, the kernel's way
+    (``always [madvise] never`` -> ``madvise``); any other text, stripped."""
+    found = _SELECTED.search(text)
+    return found.group(1) if found else text.strip()
