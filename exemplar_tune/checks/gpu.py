@@ -590,6 +590,52 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
                    + (f" at {fastest:g} GB/s" if fastest else ""), _evidence(facts, "nvlink"))
 
 
+# Counts that should stay at zero since the driver loaded: NVIDIA DCGM's limit for NVLink replay
+# and recovery errors is 1 (GpuHardwareLimits.h, DCGM_LIMIT_MAX_NVLINK_ERROR) and Meta's GCM
+# nvlink check tolerates none by default; Blackwell drivers count link recoveries as events.
+# CRC and post-FEC errors are not judged unless the profile says so: DCGM counts CRC errors
+# only at 100 per second or more, which counts since the driver loaded cannot tell.
+NVLINK_ERROR_THRESHOLDS = {"replay errors": 0, "recovery errors": 0,
+                           "link recovery successful events": 0,
+                           "link recovery failed events": 0}
+
+
+@check("gpu.nvlink-errors", health=True, severity="medium",
+       title="No NVLink replay or recovery errors since the driver loaded",
+       risk="A link that replays or retrains stalls the transfers on it; links that keep "
+            "recovering precede the link going down (Xid 74) and an aborted job",
+       fix="manual: watch whether the counts rise (nvidia-smi nvlink -e twice, minutes "
+           "apart); reseat or replace what keeps erroring (on GB200/GB300 NVL the cable "
+           "cartridge or switch tray of that link), then nvidia-smi nvlink -re to reset them")
+def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
+    """Per link, ``nvidia-smi nvlink -e``: a counter above its threshold warns (counts since
+    the driver loaded or the counters were reset cannot tell old errors from new ones).
+    Thresholds by counter name in lower case: the defaults above, or the profile's
+    ``gpu.nvlink_error_thresholds`` (which can name any counter the driver prints)."""
+    _, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    layer = _layer(facts)
+    counters = layer.get("nvlink_errors")
+    if counters is None:
+        if layer.get("nvlink") is not None and not any(g["links"] for g in layer["nvlink"]):
+            return skip("no NVLink on these GPUs: not configured")
+        why = layer.get("nvlink_errors_missing") or _error(facts, "nvlink_errors") \
+            .removeprefix(": ") or _error(facts, "nvlink").removeprefix(": ")
+        return skip(f"NVLink error counters not read ({why or 'NVLink state unknown'})")
+    over = {**NVLINK_ERROR_THRESHOLDS, **(_expect(profile, "nvlink_error_thresholds") or {})}
+    above = [f"GPU {g['index']} link {link} {name} {value}"
+             for g in counters for link, names in g["links"].items()
+             for name, value in names.items() if name in over and value > over[name]]
+    links = sum(len(g["links"]) for g in counters)
+    observed = {"over": above, "links": links}
+    if above:
+        return Outcome(WARN, observed, over, "since the driver loaded or the counters were "
+                       f"reset: {_list(above, 6)}", _evidence(facts, "nvlink_errors"))
+    return Outcome(PASS, observed, over, f"{links} NVLink links of {len(counters)} GPUs within "
+                   "their thresholds since the driver loaded", _evidence(facts, "nvlink_errors"))
+
+
 @check("gpu.imex", health=True, severity="high",
        title="IMEX is up on a multi-node NVLink domain, every node READY and connected",
        risk="Without a working IMEX domain the GPUs of an NVL72 rack cannot import each "

@@ -38,6 +38,7 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-q-x.xml": ["nvidia-smi", "-q", "-x"],
     "nvidia-smi-q.txt": ["nvidia-smi", "-q"],  # read when a capture lacks the XML
     "nvidia-smi-nvlink-s.txt": ["nvidia-smi", "nvlink", "-s"],
+    "nvidia-smi-nvlink-e.txt": ["nvidia-smi", "nvlink", "-e"],
     "nvidia-imex-ctl-N.txt": ["nvidia-imex-ctl", "-N"],
     "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
     "dmesg.txt": ["dmesg"],

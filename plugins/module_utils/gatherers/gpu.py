@@ -8,12 +8,13 @@ events come from the kernel log (:mod:`xid`): ``xids`` holds one event per repor
 ``xid_incidents`` the events grouped into incidents with their recovery action
 (:mod:`xid_incidents`, default window), ``xid_log`` what else the log told (boots seen, clock,
 NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi nvlink
--s`` (:mod:`nvlink`); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N`` (:mod:`imex`), read
-only where a GPU is in a multi-node NVLink domain. Having no GPU, no driver or no nvidia-smi is
-an answer (``present: False`` with a ``reason``), not an error; an output that cannot be
-understood (malformed or unsafe XML, an unexpected failure) is ``present: None`` plus an
-``errors`` entry; a single field that cannot be read is ``None`` plus an ``errors`` entry naming
-it (``gpus.N``).
+-s`` (:mod:`nvlink`), ``nvlink_errors`` their error counters from ``nvidia-smi nvlink -e`` (read
+only where a GPU lists links); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N``
+(:mod:`imex`), read only where a GPU is in a multi-node NVLink domain. Having no GPU, no driver
+or no nvidia-smi is an answer (``present: False`` with a ``reason``), not an error; an output
+that cannot be understood (malformed or unsafe XML, an unexpected failure) is ``present: None``
+plus an ``errors`` entry; a single field that cannot be read is ``None`` plus an ``errors``
+entry naming it (``gpus.N``).
 """
 
 from __future__ import annotations
@@ -92,15 +93,18 @@ def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
 
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
-    attached_gpus, count, gpus, nvlink, nvlink_missing, imex, imex_missing, xids, xid_incidents,
-    xid_log, nvml;
+    attached_gpus, count, gpus, nvlink, nvlink_missing, nvlink_errors, nvlink_errors_missing,
+    imex, imex_missing, xids, xid_incidents, xid_log, nvml;
     plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
     present = _present(report, why_not)[0]
-    _optional(sheet, root, "nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, present)
+    links = _optional(sheet, root, "nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, present)
+    # error counters only where a GPU lists links: a PCIe-only host runs no second command
+    _optional(sheet, root, "nvlink_errors", nvlink.ERRORS_SOURCE, nvlink.read_nvlink_errors,
+              any(g["links"] for g in links or []))
     # IMEX only matters in a multi-node NVLink domain: elsewhere its tool is not even run
     _optional(sheet, root, "imex", imex.SOURCE, imex.read_imex_nodes,
               present and any(in_cluster(g) for g in report["gpus"]))
@@ -117,13 +121,12 @@ def in_cluster(gpu: dict[str, Any]) -> bool:
 
 
 def _optional(sheet: FactSheet, root: Sysroot, key: str, source: str,
-              reader: Callable[[Sysroot], Any], wanted: bool | None) -> None:
+              reader: Callable[[Sysroot], Any], wanted: bool | None) -> Any:
     """``key`` from a command the host may lack, when ``wanted``; ``None`` otherwise."""
     if wanted:
-        sheet.attempt_command(key, source, reader, root)
-    else:
-        sheet.put(key, None, source)
-        sheet.put(f"{key}_missing", None, source)
+        return sheet.attempt_command(key, source, reader, root)
+    sheet.put(f"{key}_missing", None, source)
+    return sheet.put(key, None, source)
 
 
 def put_report(sheet: FactSheet, report: dict[str, Any] | None, src: str,
