@@ -28,8 +28,9 @@ def test_only_gpu_and_fabric_health_checks_may_drain():
     assert {c.id for c in CHECKS if c.health} == {
         "gpu.count", "gpu.nvidia-smi", "gpu.ecc-uncorrectable", "gpu.remapped-rows",
         "gpu.retired-pages-pending", "gpu.pcie-link", "gpu.clock-events", "gpu.temperature",
-        "gpu.fabric-state", "gpu.nvlink-links", "gpu.nvlink-errors", "gpu.imex", "gpu.dcgm-diag",
-        "gpu.xids", "fabric.ports", "fabric.ib-errors", "fabric.link-flaps"}
+        "gpu.fabric-state", "gpu.nvlink-links", "gpu.nvlink-errors", "gpu.fabric-manager",
+        "gpu.imex", "gpu.dcgm-diag", "gpu.xids", "fabric.ports", "fabric.ib-errors",
+        "fabric.link-flaps"}
 
 
 @pytest.mark.parametrize(("result", "threshold", "drains"), [

@@ -636,6 +636,50 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
                    "their thresholds since the driver loaded", _evidence(facts, "nvlink_errors"))
 
 
+@check("gpu.fabric-manager", health=True, severity="high",
+       title="nvidia-fabricmanager runs where NVSwitches are on the host's PCI bus (HGX/DGX)",
+       risk="Without Fabric Manager the NVSwitches are not configured: the GPUs of an HGX "
+            "board cannot use NVLink and CUDA fails to start (error 802, system not ready) or "
+            "peer traffic falls back to PCIe; once registered, the GPUs' fabric state keeps "
+            "reading Completed after the daemon dies",
+       fix="manual: systemctl enable --now nvidia-fabricmanager (its version must match the "
+           "driver's); on HGX B200/B100 and later it needs NVLink Subnet Manager (nvlsm) too; "
+           "journalctl -u nvidia-fabricmanager says why it stopped")
+def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
+    """Where the PCI bus shows NVSwitches, the ``nvidia-fabricmanager`` unit must be loaded,
+    active and running. Without NVSwitches (PCIe GPUs, GB200/GB300 NVL compute trays, whose
+    switches live in switch trays) Fabric Manager is not configured here: not judged."""
+    del profile
+    _, not_judged = _gpus(facts)
+    if not_judged:
+        return not_judged
+    layer = _layer(facts)
+    switches = layer.get("nvswitches")
+    if switches is None:
+        return skip(f"NVSwitches unknown (PCI bus not read{_error(facts, 'nvswitches')})")
+    if not switches:
+        return skip("no NVSwitch on this host's PCI bus: Fabric Manager is not configured "
+                    "here (on GB200/GB300 NVL compute trays gpu.fabric-state is the signal)")
+    state = layer.get("fabric_manager")
+    evidence = _evidence(facts, "fabric_manager")
+    if state is None:
+        why = layer.get("fabric_manager_missing") or \
+            _error(facts, "fabric_manager").removeprefix(": ") or "systemd is not the init"
+        return skip(f"{len(switches)} NVSwitches; Fabric Manager's state not read ({why})")
+    observed = {"nvswitches": len(switches), **state}
+    if state["load"] == "not-found":
+        return Outcome(FAIL, observed, "active (running)", f"{len(switches)} NVSwitches and "
+                       "no nvidia-fabricmanager.service installed", evidence)
+    if (state["active"], state["sub"]) != ("active", "running"):
+        result = f", result {state['result']}" if state["result"] not in (None, "success") \
+            else ""
+        return Outcome(FAIL, observed, "active (running)", f"{len(switches)} NVSwitches and "
+                       f"nvidia-fabricmanager {state['active']} ({state['sub']}{result})",
+                       evidence)
+    return Outcome(PASS, observed, "active (running)", f"nvidia-fabricmanager active (running) "
+                   f"for {len(switches)} NVSwitches", evidence)
+
+
 @check("gpu.imex", health=True, severity="high",
        title="IMEX is up on a multi-node NVLink domain, every node READY and connected",
        risk="Without a working IMEX domain the GPUs of an NVL72 rack cannot import each "

@@ -42,6 +42,9 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-imex-ctl-N.txt": ["nvidia-imex-ctl", "-N"],
     "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
     "dmesg.txt": ["dmesg"],
+    "systemctl-show-fabricmanager.txt": [
+        "systemctl", "show", "--property=Id,LoadState,ActiveState,SubState,Result",
+        "nvidia-fabricmanager.service"],
     "systemctl-show-slices.txt": ["systemctl", "show", "--property=Id,AllowedCPUs,EffectiveCPUs",
                                   "system.slice", "user.slice", "init.scope"],
 }

@@ -10,7 +10,9 @@ events come from the kernel log (:mod:`xid`): ``xids`` holds one event per repor
 NVSwitch SXid lines not read). ``nvlink`` holds each GPU's NVLink links from ``nvidia-smi nvlink
 -s`` (:mod:`nvlink`), ``nvlink_errors`` their error counters from ``nvidia-smi nvlink -e`` (read
 only where a GPU lists links); ``imex`` the IMEX domain from ``nvidia-imex-ctl -N``
-(:mod:`imex`), read only where a GPU is in a multi-node NVLink domain. Having no GPU, no driver
+(:mod:`imex`), read only where a GPU is in a multi-node NVLink domain; ``nvswitches`` the
+NVSwitches on the PCI bus and ``fabric_manager`` the state of their service
+(:mod:`fabric_manager`), read only where there are NVSwitches. Having no GPU, no driver
 or no nvidia-smi is an answer (``present: False`` with a ``reason``), not an error; an output
 that cannot be understood (malformed or unsafe XML, an unexpected failure) is ``present: None``
 plus an ``errors`` entry; a single field that cannot be read is ``None`` plus an ``errors``
@@ -24,6 +26,7 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
+    fabric_manager,
     imex,
     nvidia_smi,
     nvlink,
@@ -35,6 +38,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
     HostStateError,
     NotSupported,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.pci import PCI_DEVICES
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 
 
@@ -94,7 +98,8 @@ def _kernel_log(root: Sysroot, sheet: FactSheet) -> None:
 def gather(root: Sysroot) -> dict[str, Any]:
     """Facts of the gpu layer (keys: present, reason, source, driver_version, cuda_version,
     attached_gpus, count, gpus, nvlink, nvlink_missing, nvlink_errors, nvlink_errors_missing,
-    imex, imex_missing, xids, xid_incidents, xid_log, nvml;
+    nvswitches, fabric_manager, fabric_manager_missing, imex, imex_missing, xids, xid_incidents,
+    xid_log, nvml;
     plus ``sources`` and ``errors``)."""
     sheet = FactSheet()
     status = nvml.nvml_status(root)
@@ -105,6 +110,11 @@ def gather(root: Sysroot) -> dict[str, Any]:
     # error counters only where a GPU lists links: a PCIe-only host runs no second command
     _optional(sheet, root, "nvlink_errors", nvlink.ERRORS_SOURCE, nvlink.read_nvlink_errors,
               any(g["links"] for g in links or []))
+    switches = sheet.attempt("nvswitches", root.display(PCI_DEVICES),
+                             fabric_manager.list_nvswitches, root) if present else \
+        sheet.put("nvswitches", None, root.display(PCI_DEVICES))
+    _optional(sheet, root, "fabric_manager", fabric_manager.SOURCE,
+              fabric_manager.read_fabric_manager, bool(switches))
     # IMEX only matters in a multi-node NVLink domain: elsewhere its tool is not even run
     _optional(sheet, root, "imex", imex.SOURCE, imex.read_imex_nodes,
               present and any(in_cluster(g) for g in report["gpus"]))
