@@ -101,6 +101,14 @@ def source(facts: Facts, layer: str, key: str) -> tuple[str, ...]:
     return (f"{found}",) if found else ()
 
 
+def read_error(facts: Facts, layer: str, key: str) -> str:
+    """Why ``facts[layer][key]`` could not be read, ``"path: reason"``; ``""`` when it was."""
+    for err in (facts.get(layer) or {}).get("errors") or []:
+        if err.get("fact") == key:
+            return f"{err.get('path')}: {err.get('error')}"
+    return ""
+
+
 def skip(reason: str) -> Outcome:
     """A check that cannot judge this host (fact unknown, hardware absent, profile silent)."""
     return Outcome(SKIP, detail=reason)

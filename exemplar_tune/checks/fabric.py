@@ -8,7 +8,18 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.gpu_topology import DISTANCE
 
-from exemplar_tune.checks.base import FAIL, PASS, WARN, Facts, Outcome, Profile, check, skip, source
+from exemplar_tune.checks.base import (
+    FAIL,
+    PASS,
+    WARN,
+    Facts,
+    Outcome,
+    Profile,
+    check,
+    read_error,
+    skip,
+    source,
+)
 
 ACTIVE, LINK_UP = "ACTIVE", "LinkUp"
 PORT_KEYS = ("ports_min", "rate_gbps_min", "link_layer")
@@ -226,6 +237,100 @@ def check_gpudirect_rdma(facts: Facts, profile: Profile) -> Outcome:
            "CONFIG_DMABUF_MOVE_NOTIFY is off" if direct["dmabuf_move_notify"] is False else ""]
     return Outcome(FAIL, direct, "nvidia_peermem or dma-buf", "nvidia_peermem not loaded and "
                    "no dma-buf (" + "; ".join(w for w in why if w) + ")", evidence)
+
+
+def _pcie_paths(facts: Facts) -> tuple[dict[str, Any] | None, Outcome | None]:
+    """The GPUs' and NICs' PCIe paths, or why they are not judged."""
+    fabric = facts.get("fabric") or {}
+    paths = fabric.get("pcie_paths")
+    if paths is None:
+        why = fabric.get("pcie_paths_missing") or read_error(facts, "fabric", "pcie_paths") or \
+            "no GPU or RDMA NIC on the PCI bus"
+        return None, skip(f"PCIe paths not read ({why})")
+    kinds = {d["kind"] for d in paths["devices"]}
+    if kinds != {"gpu", "nic"}:
+        return None, skip("no GPU and RDMA NIC both on this host's PCI bus: GPUDirect RDMA "
+                          "does not apply")
+    return paths, None
+
+
+def _below(paths: dict[str, Any], bridge: str) -> str:
+    found = [f"{d['kind'].upper()} {d['bdf'][5:]}" for d in paths["devices"]
+             if bridge in d["above"]]
+    return ", ".join(found)
+
+
+@check("fabric.pcie-acs", severity="high",
+       title="No PCIe switch port above a GPU or NIC redirects peer traffic (ACS, bare metal)",
+       risk="With ACS request or completion redirection on a switch port, GPU-to-NIC and "
+            "GPU-to-GPU traffic through that switch goes up to the CPU's root complex: "
+            "GPUDirect RDMA and P2P slow down badly or hang (NCCL troubleshooting, PCI ACS)",
+       fix="manual: turn off IO virtualisation / ACS in the BIOS, or clear ACS on the switch "
+           "ports at each boot (setpci -s <port> ECAP_ACS+0x6.w=0000, or the kernel argument "
+           "pci=disable_acs_redir=<ports>) - only on bare metal, never where VMs rely on the "
+           "IOMMU groups")
+def check_pcie_acs(facts: Facts, profile: Profile) -> Outcome:
+    """On bare metal, per PCIe switch port (``Downstream Port``) above a GPU or RDMA NIC in
+    ``lspci -vvv``: ``ReqRedir+`` or ``CmpltRedir+`` in ``ACSCtl`` fails. Root ports are not
+    judged (traffic between root ports crosses the root complex anyway); in a VM the guest's
+    ACS bits are emulated and ATS is what matters (``fabric.nic-ats``)."""
+    del profile
+    if (facts.get("vm") or {}).get("virtualized"):
+        return skip("in a VM: the guest's ACS bits are emulated (fabric.nic-ats judges the "
+                    "passthrough NICs)")
+    paths, not_judged = _pcie_paths(facts)
+    if not_judged:
+        return not_judged
+    ports = {bdf: b for bdf, b in paths["bridges"].items() if b["port"] == "Downstream Port"}
+    evidence = source(facts, "fabric", "pcie_paths")
+    if not ports:
+        return skip("no PCIe switch above the GPUs and NICs: ACS redirection not configured")
+    unread = sorted(bdf for bdf, b in ports.items() if b["acs"] is None and b["denied"])
+    on = sorted(bdf for bdf, b in ports.items() if b["redirect"])
+    observed = {"switch_ports": len(ports), "redirecting": on, "unread": unread}
+    if on:
+        lines = [f"{bdf[5:]} (above {_below(paths, bdf)})" for bdf in on]
+        return Outcome(FAIL, observed, "ReqRedir- CmpltRedir-", f"ACS redirects peer traffic "
+                       f"at {len(on)} of {len(ports)} switch ports: " + "; ".join(lines[:4])
+                       + ("; ..." if len(lines) > 4 else ""), evidence)
+    if unread:
+        return skip(f"ACS of {len(unread)} switch ports not readable (lspci without root)")
+    return Outcome(PASS, observed, "ReqRedir- CmpltRedir-", f"ACS redirection off on the "
+                   f"{len(ports)} switch ports above the GPUs and NICs", evidence)
+
+
+@check("fabric.nic-ats", severity="medium",
+       title="ATS is on for the RDMA NICs passed through to a VM",
+       risk="Without PCIe ATS on the NIC every GPUDirect RDMA transfer in a VM is translated "
+            "by the IOMMU on the way: NVIDIA's VM guide needs ATS on the NIC (and ACS set to "
+            "allow it) for full GPUDirect RDMA bandwidth",
+       fix="manual, on the host: mlxconfig -d <nic> set ATS_ENABLED=true, reboot the host; set "
+           "ACS on the switch ports and root ports of the passed-through GPUs and NICs as "
+           "NVIDIA's VM guide describes")
+def check_nic_ats(facts: Facts, profile: Profile) -> Outcome:
+    """In a VM, each RDMA NIC function in ``lspci -vvv``: ``ATSCtl: Enable+`` passes,
+    ``Enable-`` or no ATS capability warns. On bare metal ATS is not configured (not judged)."""
+    del profile
+    virtualized = (facts.get("vm") or {}).get("virtualized")
+    if not virtualized:
+        return skip("bare metal: ATS matters for NICs passed through to VMs" if
+                    virtualized is False else "virtualisation unknown: ATS not judged")
+    paths, not_judged = _pcie_paths(facts)
+    if not_judged:
+        return not_judged
+    nics = [d for d in paths["devices"] if d["kind"] == "nic"]
+    if all(d["ats"] is None and d["denied"] for d in nics):
+        return skip("ATS of the NICs not readable (lspci without root)")
+    off = [d["bdf"][5:] + (" ATS off" if d["ats"] is False else " no ATS capability")
+           for d in nics if not d["ats"]]
+    observed = {"nics": len(nics), "without_ats": off}
+    evidence = source(facts, "fabric", "pcie_paths")
+    if off:
+        return Outcome(WARN, observed, "ATSCtl: Enable+", f"{len(off)} of {len(nics)} RDMA "
+                       "NIC functions without ATS: " + ", ".join(off[:6])
+                       + (", ..." if len(off) > 6 else ""), evidence)
+    return Outcome(PASS, observed, "ATSCtl: Enable+", f"ATS on for all {len(nics)} RDMA NIC "
+                   "functions", evidence)
 
 
 FLAP_WINDOW_S = 300.0  # ByteRobust: a network alert must repeat within 5 minutes

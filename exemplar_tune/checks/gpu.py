@@ -30,6 +30,7 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
+    read_error,
     skip,
     source,
 )
@@ -53,10 +54,8 @@ def _layer(facts: Facts) -> dict[str, Any]:
 
 def _error(facts: Facts, key: str) -> str:
     """The recorded read error of ``gpu.<key>``, as ``": path: reason"`` (or ``""``)."""
-    for err in _layer(facts).get("errors") or []:
-        if err.get("fact") == key:
-            return f": {err.get('path')}: {err.get('error')}"
-    return ""
+    found = read_error(facts, LAYER, key)
+    return f": {found}" if found else ""
 
 
 def _gpus(facts: Facts) -> tuple[list[dict[str, Any]], Outcome | None]:

@@ -41,6 +41,7 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-nvlink-e.txt": ["nvidia-smi", "nvlink", "-e"],
     "nvidia-imex-ctl-N.txt": ["nvidia-imex-ctl", "-N"],
     "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
+    "lspci-vvv.txt": ["lspci", "-vvv"],
     "dmesg.txt": ["dmesg"],
     "systemctl-show-fabricmanager.txt": [
         "systemctl", "show", "--property=Id,LoadState,ActiveState,SubState,Result",

@@ -5,7 +5,9 @@ were last cleared, usually boot). With ``counter_window`` seconds the counters a
 after that long and each port gets ``counters_delta``, what its counters gained meanwhile
 (``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s view
 of how each GPU reaches each NIC; ``gpudirect`` what GPUDirect RDMA can use (nvidia_peermem or
-dma-buf); ``link_events`` the NICs' link downs and ups in the kernel log; ``nccl_conf`` resolves
+dma-buf); ``pcie_paths`` the GPUs and RDMA NICs with the bridges above them and their ACS and
+ATS bits (``lspci -vvv``, run on a live host only where the PCI bus shows a GPU or NIC);
+``link_events`` the NICs' link downs and ups in the kernel log; ``nccl_conf`` resolves
 the NCCL_* settings (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` >
 ``/etc/nccl.conf``).
 """
@@ -19,6 +21,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     gpu_topology,
     link_events,
+    lspci,
+    pci,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
@@ -101,6 +105,8 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
     sheet.attempt_command("gpu_nic_topology", gpu_topology.SOURCE, gpu_topology.read_topology,
                           root)
     _gpudirect_facts(root, sheet)
+    sheet.attempt_command("pcie_paths", lspci.SOURCE, lspci.read_pcie_paths, root,
+                          wanted=not root.live or pci.list_gpus(root) or pci.list_nics(root))
     sheet.attempt_command("link_events", link_events.SOURCE, link_events.read_link_events, root)
     _nccl_facts(root, sheet)
     return sheet.result()

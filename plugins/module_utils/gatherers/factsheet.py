@@ -40,11 +40,14 @@ class FactSheet:
         return self.put(key, value, source)
 
     def attempt_command(self, key: str, source: str, reader: Callable[..., Any],
-                        *args: Any) -> Any:
+                        *args: Any, wanted: Any = True) -> Any:
         """:meth:`attempt` for a reader of a command the host may lack: where the command is
         not installed (or a capture lacks it), ``None`` with the reason in ``<key>_missing``
-        rather than an error."""
+        rather than an error. Not ``wanted``: nothing runs, both keys are ``None``."""
         missing = None
+        if not wanted:
+            self.put(f"{key}_missing", None, source)
+            return self.put(key, None, source)
         try:
             value = reader(*args)
         except NotSupported as exc:

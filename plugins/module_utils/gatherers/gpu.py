@@ -21,7 +21,6 @@ entry naming it (``gpus.N``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
@@ -106,18 +105,19 @@ def gather(root: Sysroot) -> dict[str, Any]:
     report, src, why_not = _inventory(root, sheet, status["available"])
     put_report(sheet, report, src or nvidia_smi.SOURCE, why_not)
     present = _present(report, why_not)[0]
-    links = _optional(sheet, root, "nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, present)
+    links = sheet.attempt_command("nvlink", nvlink.SOURCE, nvlink.read_nvlink_status, root,
+                                  wanted=present)
     # error counters only where a GPU lists links: a PCIe-only host runs no second command
-    _optional(sheet, root, "nvlink_errors", nvlink.ERRORS_SOURCE, nvlink.read_nvlink_errors,
-              any(g["links"] for g in links or []))
+    sheet.attempt_command("nvlink_errors", nvlink.ERRORS_SOURCE, nvlink.read_nvlink_errors,
+                          root, wanted=any(g["links"] for g in links or []))
     switches = sheet.attempt("nvswitches", root.display(PCI_DEVICES),
                              fabric_manager.list_nvswitches, root) if present else \
         sheet.put("nvswitches", None, root.display(PCI_DEVICES))
-    _optional(sheet, root, "fabric_manager", fabric_manager.SOURCE,
-              fabric_manager.read_fabric_manager, bool(switches))
+    sheet.attempt_command("fabric_manager", fabric_manager.SOURCE,
+                          fabric_manager.read_fabric_manager, root, wanted=switches)
     # IMEX only matters in a multi-node NVLink domain: elsewhere its tool is not even run
-    _optional(sheet, root, "imex", imex.SOURCE, imex.read_imex_nodes,
-              present and any(in_cluster(g) for g in report["gpus"]))
+    sheet.attempt_command("imex", imex.SOURCE, imex.read_imex_nodes, root,
+                          wanted=present and any(in_cluster(g) for g in report["gpus"]))
     _kernel_log(root, sheet)
     sheet.put("nvml", status, nvml.SOURCE)
     return sheet.result()
@@ -128,15 +128,6 @@ def in_cluster(gpu: dict[str, Any]) -> bool:
     GB200/GB300 NVL)."""
     uuid = (gpu.get("fabric") or {}).get("cluster_uuid")
     return bool(uuid) and set(uuid) - set("0-") != set()
-
-
-def _optional(sheet: FactSheet, root: Sysroot, key: str, source: str,
-              reader: Callable[[Sysroot], Any], wanted: bool | None) -> Any:
-    """``key`` from a command the host may lack, when ``wanted``; ``None`` otherwise."""
-    if wanted:
-        return sheet.attempt_command(key, source, reader, root)
-    sheet.put(f"{key}_missing", None, source)
-    return sheet.put(key, None, source)
 
 
 def put_report(sheet: FactSheet, report: dict[str, Any] | None, src: str,
