@@ -42,9 +42,12 @@ def declared_check(knob: Knob) -> Callable[[Facts, Profile], Outcome]:
         evidence = source(facts, knob.layer, state.fact)
         if have is None:
             errors = [e["error"] for e in layer.get("errors") or [] if e["fact"] == state.fact]
-            why = f": {errors[0]}" if errors else \
-                f" ({evidence[0]} absent)" if evidence else ""
-            return skip(f"{state.label} unknown{why}")
+            if errors:
+                return skip(f"{state.label} unknown: {errors[0]}")
+            if evidence and evidence[0] == state.label:  # a sysfs attribute: its own file
+                return skip(f"{state.label} absent")
+            return skip(f"{state.label} unknown" + (f" ({evidence[0]} absent)" if evidence
+                                                      else ""))
         shown = _shown(have)
         if not state.matches(have, want):
             return Outcome(spec.status, have, want, f"{state.label}={shown}, profile wants "

@@ -615,24 +615,28 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
     if not_judged:
         return not_judged
     layer = _layer(facts)
-    counters = layer.get("nvlink_errors")
+    counters, links = layer.get("nvlink_errors"), layer.get("nvlink")
     if counters is None:
-        if layer.get("nvlink") is not None and not any(g["links"] for g in layer["nvlink"]):
+        if links is None:
+            why = layer.get("nvlink_missing") or _error(facts, "nvlink").removeprefix(": ")
+            return skip(f"NVLink state not read ({why or 'unknown'}): error counters not read")
+        if not any(g["links"] for g in links):
             return skip("no NVLink on these GPUs: not configured")
-        why = layer.get("nvlink_errors_missing") or _error(facts, "nvlink_errors") \
-            .removeprefix(": ") or _error(facts, "nvlink").removeprefix(": ")
-        return skip(f"NVLink error counters not read ({why or 'NVLink state unknown'})")
+        why = layer.get("nvlink_errors_missing") or \
+            _error(facts, "nvlink_errors").removeprefix(": ")
+        return skip(f"NVLink error counters not read ({why or 'unknown'})")
     over = {**NVLINK_ERROR_THRESHOLDS, **(_expect(profile, "nvlink_error_thresholds") or {})}
     above = [f"GPU {g['index']} link {link} {name} {value}"
              for g in counters for link, names in g["links"].items()
              for name, value in names.items() if name in over and value > over[name]]
-    links = sum(len(g["links"]) for g in counters)
-    observed = {"over": above, "links": links}
+    judged = sum(len(g["links"]) for g in counters)
+    observed = {"over": above, "links": judged}
     if above:
         return Outcome(WARN, observed, over, "since the driver loaded or the counters were "
                        f"reset: {_list(above, 6)}", _evidence(facts, "nvlink_errors"))
-    return Outcome(PASS, observed, over, f"{links} NVLink links of {len(counters)} GPUs within "
-                   "their thresholds since the driver loaded", _evidence(facts, "nvlink_errors"))
+    return Outcome(PASS, observed, over, f"{judged} NVLink links of {len(counters)} GPUs "
+                   "within their thresholds since the driver loaded",
+                   _evidence(facts, "nvlink_errors"))
 
 
 @check("gpu.fabric-manager", health=True, severity="high",
