@@ -160,3 +160,13 @@ def test_text_before_the_first_stanza_is_refused_unless_a_prompt():
         parse_lspci("lspci: Unable to load libkmod resources\n" + PEX8747.read_text())
     with pytest.raises(ParseError, match="no PCI function listed"):
         parse_lspci("# lspci -vvv\n")
+
+
+def test_a_pci_bus_without_gpus_or_nics_is_never_given_to_lspci(tmp_path):
+    root = captured_host(tmp_path / "host", {"lspci-vvv.txt": XD665.read_text()})
+    nvme = root / "sys/bus/pci/devices/0000:05:00.0"
+    nvme.mkdir(parents=True)
+    for name, value in (("vendor", "0x1344"), ("device", "0x51c3"), ("class", "0x010802")):
+        (nvme / name).write_text(value + "\n")
+    fabric = gather_facts(Sysroot(str(root)), ["fabric"])["fabric"]
+    assert (fabric["pcie_paths"], fabric["pcie_paths_missing"]) == (None, None)

@@ -6,7 +6,7 @@ after that long and each port gets ``counters_delta``, what its counters gained 
 (``counter_window_s`` records the window); ``gpu_nic_topology`` is ``nvidia-smi topo -m``'s view
 of how each GPU reaches each NIC; ``gpudirect`` what GPUDirect RDMA can use (nvidia_peermem or
 dma-buf); ``pcie_paths`` the GPUs and RDMA NICs with the bridges above them and their ACS and
-ATS bits (``lspci -vvv``, run on a live host only where the PCI bus shows a GPU or NIC);
+ATS bits (``lspci -vvv``, run only where the PCI bus shows a GPU or NIC);
 ``link_events`` the NICs' link downs and ups in the kernel log; ``nccl_conf`` resolves
 the NCCL_* settings (environment > ``$NCCL_CONF_FILE`` or ``$HOME/.nccl.conf`` >
 ``/etc/nccl.conf``).
@@ -87,6 +87,14 @@ def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
     }, root.display("sys/module/nvidia_peermem"))
 
 
+def _lspci_wanted(root: Sysroot) -> bool:
+    """Whether to read ``lspci -vvv``: where the PCI bus shows a GPU or an RDMA NIC, and in a
+    capture without the bus (command outputs only), whatever it holds."""
+    if pci.list_gpus(root) or pci.list_nics(root):
+        return True
+    return not root.live and not root.exists(pci.PCI_DEVICES)
+
+
 def _nccl_facts(root: Sysroot, sheet: FactSheet) -> None:
     paths = conf_paths(root.environ())
     errors: list[HostStateError] = []
@@ -106,7 +114,7 @@ def gather(root: Sysroot, counter_window: float = 0.0) -> dict[str, Any]:
                           root)
     _gpudirect_facts(root, sheet)
     sheet.attempt_command("pcie_paths", lspci.SOURCE, lspci.read_pcie_paths, root,
-                          wanted=not root.live or pci.list_gpus(root) or pci.list_nics(root))
+                          wanted=_lspci_wanted(root))
     sheet.attempt_command("link_events", link_events.SOURCE, link_events.read_link_events, root)
     _nccl_facts(root, sheet)
     return sheet.result()
