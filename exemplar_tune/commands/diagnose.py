@@ -39,7 +39,7 @@ Every finding names the layer and the preflight check it bears on. A log holding
 ranks' lines (launcher prefixes: srun --label, torchrun, OpenMPI, Ray, 'HOST: ') is also read
 rank by rank: workload.slow-ranks names the ranks that log slower steps again and again.
 --ranks reads a job's files (one per rank or host, or their directory) together, each file's
-name standing for its rank.
+name standing for its rank. gzip and zstd files are read directly (zstd needs the zstd program).
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """
 

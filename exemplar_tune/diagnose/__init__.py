@@ -4,7 +4,8 @@ The format is recognised from the content, never the file name: turbostat, numas
 report/top, training step-time logs, nccl-tests results, NCCL debug logs, nvidia-smi ``-q``
 text or ``-q -x`` XML, ``dcgmi diag`` results (JSON or table), kernel logs (GPU Xid incidents)
 and Nsight Systems reports (``nsys stats`` tables, and the SQLite export, recognised by its file
-header). Each finding names
+header); gzip and zstd files are expanded first (:mod:`exemplar_tune.compressed`). Each finding
+names
 a layer and a check id, so a file's findings line up with the preflight checks.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from exemplar_tune.compressed import decompressed
 from exemplar_tune.diagnose import (
     dcgm_diag,
     kernel_log,
@@ -106,8 +108,7 @@ def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None
             if nsys_sqlite.is_sqlite(path):
                 reports.append(nsys_sqlite.diagnose_file(path, path))
                 continue
-            data = read_input_bytes(path, "capture").decode("utf-8", errors="replace")
-            reports.append(diagnose_text(data, path, expectations))
+            reports.append(diagnose_text(read_capture(path), path, expectations))
         except (UserError, DiagnoseError) as exc:
             errors.append(str(exc))
     return reports, errors
@@ -125,7 +126,7 @@ def diagnose_job(paths: list[str]) -> Report:
     names = file_labels(files)
     parts, total = [], 0
     for path, name in zip(files, names, strict=True):
-        data = read_input_bytes(path, "capture").decode("utf-8", errors="replace")
+        data = read_capture(path)
         total += len(data)
         if total > MAX_INPUT:
             raise UserError(f"--ranks: the files hold more than {MAX_INPUT >> 20} MiB together; "
@@ -133,6 +134,13 @@ def diagnose_job(paths: list[str]) -> Report:
         parts.append((name, data))
     source = f"{' '.join(paths)} ({len(files)} files)"
     return diagnose_text(join(parts), source)
+
+
+def read_capture(path: str | Path) -> str:
+    """A capture's text, expanded when it is gzip or zstd; ``UserError`` (one line) when it
+    cannot be read or holds more than the input limit once expanded."""
+    raw = read_input_bytes(path, "capture")
+    return decompressed(raw, path, "capture", MAX_INPUT).decode("utf-8", errors="replace")
 
 
 def job_files(paths: list[str]) -> list[Path]:
