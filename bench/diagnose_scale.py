@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Throughput and peak memory of ``exemplar-tune diagnose`` on large logs, side by side with
+``grep -c`` and a plain Python line loop over the same file.
+
+Each input is a real log of the test corpus repeated to the size asked: an NCCL INFO log with
+COLL lines (NVIDIA/nccl#1193, 128 ranks), a Megatron-DeepSpeed step log (bigscience) and an
+nccl-tests run (xxrjun/nccl-tests-cluster, 80 ranks). For each size the three readers run in
+turn, ``--repeat`` interleaved rounds, median kept:
+
+* ``grep -c PATTERN`` - the floor, one pass in C;
+* a plain Python ``for line in file`` loop counting the lines;
+* ``exemplar-tune diagnose FILE --format json`` - with its peak RSS (``wait4``) and the size
+  of the JSON it wrote.
+
+Inputs over diagnose's input limit are reported as refused (the limit is what streaming must
+lift). Progress goes to stderr, the table to stdout.
+
+    python bench/diagnose_scale.py                          # 10 and 60 MiB, 1 round
+    python bench/diagnose_scale.py --sizes 10,100,1024 --repeat 3 --kinds nccl-log
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REAL = REPO / "tests" / "fixtures" / "realworld"
+# kind -> (real log, grep pattern)
+LOGS = {
+    "nccl-log": (REAL / "nccl-coll" / "nvidia-nccl-1193-ray-allreduce-128ranks.log", "NCCL"),
+    "steplog": (REAL / "steptime"
+                / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log",
+                "iteration"),
+    "nccl-tests": (REAL / "nccl-tests"
+                   / "xxrjun-nccl-tests-cluster-h100-10nodes-80ranks-five-collectives.log",
+                   "float"),
+}
+LINE_LOOP = "import sys\nn = 0\nfor _ in open(sys.argv[1], 'rb'):\n    n += 1\nprint(n)\n"
+
+
+def build(source: Path, size: int, target: Path) -> Path:
+    """``source`` repeated until ``target`` holds ``size`` bytes (whole lines)."""
+    text = source.read_bytes()
+    with target.open("wb") as out:
+        written = 0
+        while written < size:
+            chunk = text[: size - written] if written + len(text) > size else text
+            if len(chunk) < len(text):
+                chunk = chunk[: chunk.rfind(b"\n") + 1] or chunk
+            out.write(chunk)
+            written += len(chunk)
+            if len(chunk) < len(text):
+                break
+    return target
+
+
+def run(argv: list[str], output: Path | None = None) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in KiB, exit status) of one run; stdout to ``output``."""
+    with open(output or os.devnull, "wb") as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stderr.close()  # type: ignore[union-attr]
+    return seconds, usage.ru_maxrss, proc.returncode
+
+
+def measure(path: Path, pattern: str, json_out: Path) -> dict[str, tuple[float, int, int]]:
+    """One round: grep, the line loop and diagnose on ``path``."""
+    cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", str(path),
+           "--format", "json"]
+    return {"grep -c": run(["grep", "-c", pattern, str(path)]),
+            "python loop": run([sys.executable, "-c", LINE_LOOP, str(path)]),
+            "diagnose": run(cli, json_out)}
+
+
+def main() -> None:
+    """Parse arguments, build the inputs, run the rounds and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,60", help="MiB, comma-separated (10,60)")
+    parser.add_argument("--kinds", default=",".join(LOGS),
+                        help=f"comma-separated, of {', '.join(LOGS)}")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    kinds = args.kinds.split(",")
+    if unknown := sorted(set(kinds) - set(LOGS)):
+        parser.error(f"--kinds: unknown {', '.join(unknown)}")
+    print("| input | MiB | reader | wall s | MiB/s | x grep | peak MiB | JSON bytes |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="bench-diagnose-") as tmp:
+        for kind in kinds:
+            source, pattern = LOGS[kind]
+            for mib in sizes:
+                path = build(source, mib << 20, Path(tmp) / f"{kind}-{mib}.log")
+                json_out = Path(tmp) / "out.json"
+                rounds = []
+                for number in range(args.repeat):
+                    print(f"{kind} {mib} MiB: round {number + 1}/{args.repeat}",
+                          file=sys.stderr, flush=True)
+                    rounds.append(measure(path, pattern, json_out))
+                floor = statistics.median(r["grep -c"][0] for r in rounds)
+                for reader in ("grep -c", "python loop", "diagnose"):
+                    wall = statistics.median(r[reader][0] for r in rounds)
+                    peak = max(r[reader][1] for r in rounds) / 1024
+                    status = rounds[-1][reader][2]
+                    size = json_out.stat().st_size if reader == "diagnose" and status in (0, 1) \
+                        else None
+                    refused = reader == "diagnose" and status == 2
+                    print(f"| {kind} | {mib} | {reader} | {wall:.2f} | "
+                          + ("refused (input limit) | | " if refused else
+                             f"{mib / wall:.1f} | {wall / floor:.0f} | ")
+                          + f"{peak:.0f} | {size if size is not None else ''} |", flush=True)
+                path.unlink()
+
+
+if __name__ == "__main__":
+    main()
