@@ -61,9 +61,10 @@ def build(source: Path, size: int, target: Path) -> Path:
     return target
 
 
-def run(argv: list[str], output: Path | None = None) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KiB, exit status) of one run; stdout to ``output``."""
-    with open(output or os.devnull, "wb") as sink:
+def run(argv: list[str], output: Path) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in KiB, exit status) of one run; stdout to ``output`` (a real
+    file: GNU grep stops at the first match when its output is /dev/null)."""
+    with open(output, "wb") as sink:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -77,8 +78,9 @@ def measure(path: Path, pattern: str, json_out: Path) -> dict[str, tuple[float, 
     """One round: grep, the line loop and diagnose on ``path``."""
     cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", str(path),
            "--format", "json"]
-    return {"grep -c": run(["grep", "-c", pattern, str(path)]),
-            "python loop": run([sys.executable, "-c", LINE_LOOP, str(path)]),
+    count = json_out.with_suffix(".count")
+    return {"grep -c": run(["grep", "-c", pattern, str(path)], count),
+            "python loop": run([sys.executable, "-c", LINE_LOOP, str(path)], count),
             "diagnose": run(cli, json_out)}
 
 
