@@ -109,6 +109,12 @@ def read_error(facts: Facts, layer: str, key: str) -> str:
     return ""
 
 
+def not_read(facts: Facts, layer: str, key: str) -> str:
+    """Why a command's fact ``facts[layer][key]`` is ``None``: the command missing (its
+    ``<key>_missing``) or its output unreadable (:func:`read_error`); ``""`` when neither."""
+    return (facts.get(layer) or {}).get(f"{key}_missing") or read_error(facts, layer, key)
+
+
 def skip(reason: str) -> Outcome:
     """A check that cannot judge this host (fact unknown, hardware absent, profile silent)."""
     return Outcome(SKIP, detail=reason)

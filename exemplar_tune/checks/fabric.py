@@ -16,7 +16,7 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
-    read_error,
+    not_read,
     skip,
     source,
 )
@@ -166,7 +166,7 @@ def check_gpu_nic_locality(facts: Facts, profile: Profile) -> Outcome:
     fabric = facts.get("fabric") or {}
     topo = fabric.get("gpu_nic_topology")
     if topo is None:
-        why = fabric.get("gpu_nic_topology_missing") or "not read"
+        why = not_read(facts, "fabric", "gpu_nic_topology") or "not read"
         return skip(f"GPU-NIC topology unknown ({why})")
     nearest = {}
     for gpu, row in topo["gpus"].items():
@@ -244,8 +244,7 @@ def _pcie_paths(facts: Facts) -> tuple[dict[str, Any] | None, Outcome | None]:
     fabric = facts.get("fabric") or {}
     paths = fabric.get("pcie_paths")
     if paths is None:
-        why = fabric.get("pcie_paths_missing") or read_error(facts, "fabric", "pcie_paths") or \
-            "no GPU or RDMA NIC on the PCI bus"
+        why = not_read(facts, "fabric", "pcie_paths") or "no GPU or RDMA NIC on the PCI bus"
         return None, skip(f"PCIe paths not read ({why})")
     kinds = {d["kind"] for d in paths["devices"]}
     if kinds != {"gpu", "nic"}:

@@ -30,6 +30,7 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
+    not_read,
     read_error,
     skip,
     source,
@@ -548,7 +549,7 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
         return not_judged
     links = _layer(facts).get("nvlink")
     if links is None:
-        why = _layer(facts).get("nvlink_missing") or _error(facts, "nvlink").removeprefix(": ")
+        why = not_read(facts, LAYER, "nvlink")
         return skip(f"NVLink state not read ({why or 'unknown'})")
     want = _expect(profile, "nvlink_links")
     if want == 0:
@@ -618,12 +619,11 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
     counters, links = layer.get("nvlink_errors"), layer.get("nvlink")
     if counters is None:
         if links is None:
-            why = layer.get("nvlink_missing") or _error(facts, "nvlink").removeprefix(": ")
+            why = not_read(facts, LAYER, "nvlink")
             return skip(f"NVLink state not read ({why or 'unknown'}): error counters not read")
         if not any(g["links"] for g in links):
             return skip("no NVLink on these GPUs: not configured")
-        why = layer.get("nvlink_errors_missing") or \
-            _error(facts, "nvlink_errors").removeprefix(": ")
+        why = not_read(facts, LAYER, "nvlink_errors")
         return skip(f"NVLink error counters not read ({why or 'unknown'})")
     over = {**NVLINK_ERROR_THRESHOLDS, **(_expect(profile, "nvlink_error_thresholds") or {})}
     above = [f"GPU {g['index']} link {link} {name} {value}"
@@ -666,8 +666,7 @@ def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
     state = layer.get("fabric_manager")
     evidence = _evidence(facts, "fabric_manager")
     if state is None:
-        why = layer.get("fabric_manager_missing") or \
-            _error(facts, "fabric_manager").removeprefix(": ") or "systemd is not the init"
+        why = not_read(facts, LAYER, "fabric_manager") or "systemd is not the init"
         return skip(f"{len(switches)} NVSwitches; Fabric Manager's state not read ({why})")
     observed = {"nvswitches": len(switches), **state}
     if state["load"] == "not-found":
@@ -706,7 +705,7 @@ def check_imex(facts: Facts, profile: Profile) -> Outcome:
     found = _layer(facts).get("imex")
     if found is None or not found["configured"]:
         why = "no IMEX configuration" if found else (
-            _layer(facts).get("imex_missing") or _error(facts, "imex").removeprefix(": ")
+            not_read(facts, LAYER, "imex")
             or "not read")
         if not want:
             return skip(f"IMEX not configured on this node ({why}); gpu.imex in the profile "
