@@ -90,7 +90,8 @@ def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
 def _lspci_wanted(root: Sysroot) -> bool:
     """Whether to read ``lspci -vvv``: where the PCI bus shows a GPU or an RDMA NIC, and in a
     capture without the bus (command outputs only), whatever it holds."""
-    if pci.list_gpus(root) or pci.list_nics(root):
+    if pci.list_pci_devices(root, vendors=(pci.NVIDIA, pci.MELLANOX),
+                            classes=pci.GPU_CLASSES + pci.NIC_CLASSES):  # one walk of the bus
         return True
     return not root.live and not root.exists(pci.PCI_DEVICES)
 
