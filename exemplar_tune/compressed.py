@@ -1,66 +1,72 @@
-"""Captures compressed the way clusters keep them (logrotate's gzip, zstd): recognised by
-their magic bytes, never by the file name, and expanded in memory only up to the input limit
-(a file that would expand past it is refused, never expanded).
+"""Captures compressed the way clusters keep them (logrotate's gzip, zstd), read as a stream of
+lines: recognised by their magic bytes, never by the file name, and expanded as they are read,
+so a file of any size is held one line at a time.
 
-gzip is read with zlib (every member of a concatenated file); zstd with the ``zstd`` program
-(argv, no shell), which must be installed to read such a file.
+gzip is read with Python's ``gzip`` (every member of a concatenated file); zstd with the
+``zstd`` program (argv, no shell), which must be installed to read such a file.
 """
 
 from __future__ import annotations
 
+import gzip
+import shutil
 import subprocess
 import threading
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import open_input, unreadable
 
 GZIP = b"\x1f\x8b"
 ZSTD = b"\x28\xb5\x2f\xfd"
+MAX_LINE = 1 << 20  # bytes: a longer line is read as several, so no line fills memory
 
 
-def decompressed(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
-    """``data`` expanded when it is gzip or zstd, else as it is; ``UserError`` (one line)
-    for damaged data, a missing ``zstd`` or more than ``limit`` bytes once expanded."""
-    if data.startswith(GZIP):
-        return _gunzip(data, path, what, limit)
-    if data.startswith(ZSTD):
-        return _unzstd(data, path, what, limit)
-    return data
-
-
-def _too_big(path: Path | str, what: str, limit: int) -> UserError:
-    return UserError(f"{what} {path} expands to more than {limit >> 20} MiB: give the part "
-                     "that matters (e.g. its last lines)")
-
-
-def _gunzip(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
-    out = bytearray()
-    rest = data
-    while rest.startswith(GZIP):
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+def capture_lines(path: Path | str, what: str) -> Iterator[bytes]:
+    """The lines of ``path`` (``-``: standard input) as bytes, each with its ``\\n``, expanded
+    when the file is gzip or zstd (a line longer than :data:`MAX_LINE` comes in pieces of that
+    size); ``UserError`` (one line) when it cannot be opened or read,
+    for damaged data and for a missing ``zstd``, raised where the stream reaches it."""
+    with open_input(path, what) as handle:
         try:
-            out += inflate.decompress(rest, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise UserError(f"{what} {path}: damaged gzip data ({exc})") from None
-        if len(out) > limit or inflate.unconsumed_tail:
-            raise _too_big(path, what, limit)
-        if not inflate.eof:
-            raise UserError(f"{what} {path}: truncated gzip data (the file ends inside it)")
-        rest = inflate.unused_data
-    return bytes(out)
+            head = handle.peek(4)[:4] if hasattr(handle, "peek") else b""
+            if head.startswith(GZIP):
+                yield from _gunzip(handle, path, what)
+            elif head.startswith(ZSTD):
+                yield from _unzstd(handle, path, what)
+            else:
+                yield from _lines(handle)
+        except OSError as exc:
+            raise unreadable(path, what, exc) from None
 
 
-def _feed(pipe: IO[bytes], data: bytes) -> None:
+def _lines(handle: IO[bytes]) -> Iterator[bytes]:
+    read = handle.readline
+    while line := read(MAX_LINE):
+        yield line
+
+
+def _gunzip(handle: BinaryIO, path: Path | str, what: str) -> Iterator[bytes]:
     try:
-        pipe.write(data)
+        yield from _lines(gzip.GzipFile(fileobj=handle, mode="rb"))
+    except EOFError:
+        raise UserError(f"{what} {path}: truncated gzip data (the file ends inside it)") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise UserError(f"{what} {path}: damaged gzip data ({exc})") from None
+
+
+def _feed(source: BinaryIO, pipe: IO[bytes]) -> None:
+    try:
+        shutil.copyfileobj(source, pipe)
         pipe.close()
-    except (BrokenPipeError, ValueError):
-        pass  # zstd stopped reading: its exit status says why
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # zstd stopped reading (or was stopped): its exit status says why
 
 
-def _unzstd(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
+def _unzstd(handle: BinaryIO, path: Path | str, what: str) -> Iterator[bytes]:
     try:
         proc = subprocess.Popen(["zstd", "-d", "-c", "-q"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -68,17 +74,20 @@ def _unzstd(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
         raise UserError(f"{what} {path} is zstd-compressed: install zstd (apt install zstd, "
                         "dnf install zstd) to read it") from None
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    writer = threading.Thread(target=_feed, args=(proc.stdin, data), daemon=True)
+    writer = threading.Thread(target=_feed, args=(handle, proc.stdin), daemon=True)
     writer.start()
-    out = proc.stdout.read(limit + 1)
-    if len(out) > limit:
-        proc.kill()
+    finished = False
+    try:
+        yield from _lines(proc.stdout)
+        finished = True
+    finally:  # a reader that stops early must not leave zstd running
+        if not finished:
+            proc.kill()
         proc.wait()
-        raise _too_big(path, what, limit)
-    errors = proc.stderr.read().decode(errors="replace").strip().splitlines()
-    proc.wait()
-    writer.join()
+        writer.join()
+        errors = proc.stderr.read().decode(errors="replace").strip().splitlines()
+        proc.stdout.close()
+        proc.stderr.close()
     if proc.returncode:
         why = errors[-1] if errors else f"exit status {proc.returncode}"
         raise UserError(f"{what} {path}: damaged zstd data ({why})")
-    return out

@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from exemplar_tune.errors import UserError
 
@@ -31,11 +32,22 @@ def read_input_bytes(path: Path | str, what: str, limit: int = MAX_INPUT) -> byt
     missing or unreadable, a device or socket (``/dev/zero`` never ends), or holds more than
     ``limit`` bytes (at most ``limit + 1`` are read). A pipe (``<(cat log)``) is read; a FIFO
     nobody writes to is opened without waiting and reads as empty."""
-    if str(path) == "-":
-        return _bounded(sys.stdin.buffer.read(limit + 1), "standard input", what, limit)
-    try:
-        with open(path, "rb", opener=_regular_file) as handle:
+    with open_input(path, what) as handle:
+        try:
             data = handle.read(limit + 1)
+        except OSError as exc:
+            raise unreadable(path, what, exc) from None
+    return _bounded(data, path if str(path) != "-" else "standard input", what, limit)
+
+
+def open_input(path: Path | str, what: str) -> BinaryIO:
+    """``path`` opened for reading bytes, checked as :func:`read_input_bytes` checks it
+    (``-``: standard input, which closing leaves open); ``UserError`` (one line) when it cannot
+    be. A read error later is the caller's to turn into one line (:func:`unreadable`)."""
+    if str(path) == "-":
+        return open(sys.stdin.buffer.fileno(), "rb", closefd=False)
+    try:
+        return open(path, "rb", opener=_regular_file)
     except FileNotFoundError:
         raise UserError(f"{what} {path} not found") from None
     except IsADirectoryError:
@@ -44,9 +56,14 @@ def read_input_bytes(path: Path | str, what: str, limit: int = MAX_INPUT) -> byt
         raise UserError(f"{what} {path} is {exc}, not a regular file (give - to read standard "
                         "input)") from None
     except OSError as exc:
-        raise UserError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
-    return _bounded(data, path, what, limit)
+        raise unreadable(path, what, exc) from None
 
+
+def unreadable(path: Path | str, what: str, exc: OSError) -> UserError:
+    """The one-line error for ``exc``, raised reading ``path``."""
+    if isinstance(exc, IsADirectoryError):
+        return UserError(f"{what} {path} is a directory, not a file")
+    return UserError(f"{what} {path}: cannot read it: {exc.strerror or exc}")
 
 def _bounded(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
     if len(data) > limit:
@@ -54,10 +71,8 @@ def _bounded(data: bytes, path: Path | str, what: str, limit: int) -> bytes:
                         "matters (e.g. its last lines)")
     return data
 
-
 class _NotRegular(OSError):
     """The path names a device or socket (the text says which)."""
-
 
 def _regular_file(path: str, flags: int) -> int:
     """``os.open`` for a file or a pipe, checked on the open descriptor; ``O_NONBLOCK`` so
@@ -70,11 +85,9 @@ def _regular_file(path: str, flags: int) -> int:
     os.close(fd)
     raise _NotRegular(_kind(mode))
 
-
 def _kind(mode: int) -> str:
     return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
-
 
 def output_file(path: Path | str, what: str = "--output") -> Path:
     """``path`` when a report may be written there: a regular file, or a name not taken yet.

@@ -37,7 +37,7 @@ TIMESTAMPS = st.sampled_from([
 ])
 
 
-SOURCE_KEYS = {"input", "ranks", "hosts", "sources"}  # what added prefixes themselves tell
+SOURCE_KEYS = {"input", "ranks", "hosts", "hostlist", "sources"}  # what added prefixes themselves tell
 
 
 def reading(text: str, name: str) -> Any:

@@ -553,15 +553,22 @@ def test_several_files_report_every_readable_one(tmp_path):
 
 
 def test_endless_input_is_refused_in_bounded_memory():
-    """/dev/zero never ends: refused before it is read (a device, not a file); standard input
-    is read up to the limit plus one byte, then one line."""
+    """/dev/zero never ends: refused before it is read (a device, not a file); zeros on
+    standard input are binary, refused on the first window; an endless log on standard input
+    is read up to --max-input, then one line."""
     reports, [error] = diagnose_paths(["/dev/zero"])
     assert reports == [] and error.startswith("capture /dev/zero is a device, not a regular file")
-    endless = subprocess.run(f"head -c {(64 << 20) + 10} /dev/zero | {sys.executable} -m "
-                             "exemplar_tune.cli diagnose -", shell=True, capture_output=True,
-                             text=True, env=cli_env(), check=False, timeout=120)
-    assert endless.returncode == 2
-    assert "capture standard input is larger than 64 MiB" in endless.stderr
+    zeros = subprocess.run(f"head -c {(64 << 20) + 10} /dev/zero | {sys.executable} -m "
+                           "exemplar_tune.cli diagnose -", shell=True, capture_output=True,
+                           text=True, env=cli_env(), check=False, timeout=120)
+    assert zeros.returncode == 2 and zeros.stderr.count("\n") == 1
+    assert "-: binary content, not a text capture" in zeros.stderr
+    line = "node01:1:1 [0] NCCL INFO Channel 00/02 : 0 1"
+    endless = subprocess.run(f"yes '{line}' | {sys.executable} -m exemplar_tune.cli diagnose - "
+                             "--max-input 8M", shell=True, capture_output=True, text=True,
+                             env=cli_env(), check=False, timeout=120)
+    assert endless.returncode == 2 and endless.stderr.count("\n") == 1
+    assert "standard input holds more than 8 MiB; --max-input raises the bound" in endless.stderr
 
 
 def test_malformed_known_format_is_diagnose_error():

@@ -1,6 +1,6 @@
 """``diagnose`` reads gzip and zstd captures as clusters keep them: real logs of the corpus,
 compressed here with the real tools (zlib, the ``zstd`` program), read back to the same report;
-damaged data, a missing ``zstd`` and data that would expand past the input limit are one-line
+damaged data, a missing ``zstd``, bombs and data that expands past ``--max-input`` are one-line
 refusals."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exemplar_tune.diagnose import diagnose_job, diagnose_paths
+from exemplar_tune.diagnose import KINDS_TEXT, diagnose_job, diagnose_paths
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import MAX_INPUT
 from tests.corpus import REALWORLD
@@ -93,15 +93,22 @@ def test_gzip_whose_body_is_not_deflate_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["gz", "zst"])
-def test_data_that_would_expand_past_the_limit_is_refused_unexpanded(tmp_path, kind):
+def test_a_bomb_is_read_as_a_stream_and_refused_by_its_first_window(tmp_path, kind):
+    """64 MiB of zeros in a few kB: expanded only as far as the first window, then refused as
+    binary; a log that expands past --max-input is refused by that bound, in one line."""
     bomb = b"\0" * (MAX_INPUT + 1)
     packed = tmp_path / f"bomb.{kind}"
     packed.write_bytes(gzip.compress(bomb, 1) if kind == "gz" else zstd(bomb))
     assert packed.stat().st_size < 1 << 20
-    reports, errors = diagnose_paths([str(packed)])
-    assert reports == []
-    assert errors == [f"capture {packed} expands to more than 64 MiB: give the part that "
-                      "matters (e.g. its last lines)"]
+    assert diagnose_paths([str(packed)]) == ([], [f"{packed}: binary content, not a text "
+                                                  f"capture ({KINDS_TEXT})"])
+    log = CAPTURES[1].read_bytes() * 200
+    packed.write_bytes(gzip.compress(log, 1) if kind == "gz" else zstd(log))
+    assert diagnose_paths([str(packed)], max_bytes=len(log) - 1) == (
+        [], [f"capture {packed} holds more than {(len(log) - 1) >> 20} MiB; --max-input "
+             "raises the bound"])
+    (report,), [] = diagnose_paths([str(packed)], max_bytes=len(log))
+    assert report.kind == "nccl-log"
 
 
 def test_a_zstd_capture_without_the_zstd_program_says_what_to_install(tmp_path, monkeypatch):

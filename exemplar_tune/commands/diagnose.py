@@ -14,6 +14,7 @@ from exemplar_tune.diagnose import (
     diagnose_paths,
 )
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.sim.fabric import parse_size
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +41,9 @@ ranks' lines (launcher prefixes: srun --label, torchrun, OpenMPI, Ray, 'HOST: ')
 rank by rank: workload.slow-ranks names the ranks that log slower steps again and again.
 --ranks reads a job's files (one per rank or host, or their directory) together, each file's
 name standing for its rank. gzip and zstd files are read directly (zstd needs the zstd program).
+Logs are read as streams: NCCL logs, nccl-tests and step-time logs of any size in bounded
+memory, a finding repeated on many lines or ranks reported once with its count, first and
+last line and hosts; other captures (turbostat, nvidia-smi ...) are read whole, up to 64 MiB.
 exit codes: 0 nothing failing, 1 a failing finding, 2 unreadable or unrecognised input.
 """
 
@@ -55,10 +59,24 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", action="store_true",
                      help="the files (or directories of files) are one job's logs, one per "
                      "rank or host: one report, each line named by its file")
+    cmd.add_argument("--max-input", type=_size, default="64G", metavar="SIZE",
+                     help="read at most this much (expanded) per file, or in all with --ranks "
+                     "(K, M or G; default: %(default)s); logs are read as streams, so this "
+                     "bounds the time a run takes, not its memory")
     cmd.add_argument("--compare", action="store_true",
                      help="with two nccl-tests files: busbw ratio per size (second / first); "
                      "with two nsys reports: mean NCCL kernel time per collective")
     cmd.set_defaults(func=cmd_diagnose)
+
+
+def _size(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if size < 1:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return size
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
@@ -67,11 +85,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise UserError("--ranks reads one job's files together; --compare takes two reports")
     if args.ranks:
         try:
-            reports, errors = [diagnose_job(args.files)], []
+            reports, errors = [diagnose_job(args.files, args.max_input)], []
         except DiagnoseError as exc:
             raise UserError(str(exc)) from None
     else:
-        reports, errors = diagnose_paths(args.files)
+        reports, errors = diagnose_paths(args.files, max_bytes=args.max_input)
     if not reports:
         raise UserError(errors[0] if len(errors) == 1 else
                         f"none of the {len(errors)} files could be read: {'; '.join(errors)}")

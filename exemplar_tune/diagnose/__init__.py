@@ -4,17 +4,20 @@ The format is recognised from the content, never the file name: turbostat, numas
 report/top, training step-time logs, nccl-tests results, NCCL debug logs, nvidia-smi ``-q``
 text or ``-q -x`` XML, ``dcgmi diag`` results (JSON or table), kernel logs (GPU Xid incidents)
 and Nsight Systems reports (``nsys stats`` tables, and the SQLite export, recognised by its file
-header); gzip and zstd files are expanded first (:mod:`exemplar_tune.compressed`). Each finding
-names
-a layer and a check id, so a file's findings line up with the preflight checks.
+header). Files are read as streams (:mod:`.stream`), gzip and zstd expanded on the way
+(:mod:`exemplar_tune.compressed`). Each finding names a layer and a check id, so a file's
+findings line up with the preflight checks.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from exemplar_tune.compressed import decompressed
+from exemplar_tune.compressed import capture_lines
 from exemplar_tune.diagnose import (
     dcgm_diag,
     kernel_log,
@@ -36,14 +39,15 @@ from exemplar_tune.diagnose.base import (
     Report,
 )
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
-from exemplar_tune.diagnose.normalize import join, natural, normalize, strip_ansi
+from exemplar_tune.diagnose.normalize import CleanText, natural, strip_ansi
 from exemplar_tune.diagnose.nsys_judge import compare_nsys
+from exemplar_tune.diagnose.stream import LineStream
 from exemplar_tune.errors import UserError
-from exemplar_tune.inputs import MAX_INPUT, read_input_bytes
+from exemplar_tune.inputs import MAX_INPUT
 
 __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
            "compare_nsys", "compare_reports", "detect", "diagnose_job", "diagnose_paths",
-           "diagnose_text", "file_labels"]
+           "diagnose_stream", "diagnose_text", "file_labels"]
 
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
@@ -53,14 +57,16 @@ ANALYZERS: tuple[Analyzer, ...] = (
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}
+DETECT_WINDOW = 4 << 20  # bytes of cleaned text a format is recognised on
+MAX_READ = 64 << 30  # bytes read (expanded) per file, or per job with --ranks: --max-input
+
+
+_ODD = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\ufffd]")  # NUL, control characters, undecodable
 
 
 def _is_text(text: str) -> bool:
     """False for binary content: NUL bytes, or many undecodable or control characters."""
-    if "\x00" in text:
-        return False
-    odd = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\f"))
-    return odd <= len(text) // 100
+    return "\x00" not in text and len(_ODD.findall(text)) <= len(text) // 100
 
 
 def detect(text: str) -> Analyzer | None:
@@ -73,74 +79,104 @@ def detect(text: str) -> Analyzer | None:
 def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = None) -> Report:
     """Detect the format of ``text`` and analyse it; ``DiagnoseError`` when that cannot be done.
 
-    The text is first :func:`~exemplar_tune.diagnose.normalize.normalize`-d (launcher and log
-    prefixes, terminal noise); the report's summary names what was removed under ``input``.
-    ``expectations`` is optional and per format: nccl-tests take ``{size_bytes: busbw}`` (or
-    ``{"busbw": {...}}``), turbostat ``turbo_mhz`` and ``busy_pct``, step-time logs
-    ``warmup_steps``.
+    The text is read as :func:`diagnose_stream` reads a file. ``expectations`` is optional and
+    per format: nccl-tests take ``{size_bytes: busbw}`` (or ``{"busbw": {...}}``), turbostat
+    ``turbo_mhz`` and ``busy_pct``, step-time logs ``warmup_steps``.
     """
-    if not _is_text(strip_ansi(text)):  # colour codes are terminal noise, not binary
+    return diagnose_stream(LineStream([(None, text.split("\n"))], len(text) + 1), source,
+                           expectations)
+
+
+def diagnose_stream(stream: LineStream, source: str,
+                    expectations: dict[str, Any] | None = None) -> Report:
+    """The report of every line of ``stream``; ``DiagnoseError`` when it cannot be made.
+
+    The lines are cleaned as they are read (:class:`~.stream.LineStream`: launcher and log
+    prefixes, terminal noise; the report's summary names what was removed under ``input``).
+    The format is recognised on the first :data:`DETECT_WINDOW` bytes. A format read as a
+    stream (``Analyzer.reader``: NCCL logs, nccl-tests, step-time logs) is then fed every line
+    and holds state per rank, host and finding; any other is read whole, up to
+    :data:`~exemplar_tune.inputs.MAX_INPUT` bytes (``UserError`` past that).
+    """
+    lines = iter(stream)
+    window, size = [], 0
+    for line in lines:
+        window.append(line)
+        size += len(line[3]) + 1
+        if size >= DETECT_WINDOW:
+            break
+    head = stream.text(window)
+    if not _is_text(strip_ansi(head.raw)):  # colour codes are terminal noise, not binary
         raise DiagnoseError(f"{source}: binary content, not a text capture ({KINDS_TEXT})")
-    clean = normalize(text)
-    analyzer = detect(clean)
+    analyzer = detect(head)
     if analyzer is None:
         raise DiagnoseError(f"{source}: not a recognised format ({KINDS_TEXT})")
     try:
-        report = analyzer.analyze(clean, source, dict(expectations or {}))
+        if analyzer.reader is not None:
+            reader = analyzer.reader(source, dict(expectations or {}))
+            for n, line, origin, raw in chain(window, lines):
+                reader.feed(n, line, origin, raw)
+            report = reader.report(tuple(stream.files))
+        else:
+            report = analyzer.analyze(_whole(stream, window, lines, analyzer.kind), source,
+                                      dict(expectations or {}))
     except DiagnoseError:
         raise
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
         why = " ".join(str(exc).split())
         raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
-    if clean.described():
-        report.summary.setdefault("input", clean.described())
+    if stream.described():
+        report.summary.setdefault("input", stream.described())
     return report
 
 
-def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None
-                   ) -> tuple[list[Report], list[str]]:
+def _whole(stream: LineStream, window: list, lines: Iterator, kind: str) -> CleanText:
+    """The whole text of a format that is not read as a stream, at most ``MAX_INPUT`` bytes."""
+    size = sum(len(raw) + 1 for *_, raw in window)
+    for line in lines:
+        window.append(line)
+        size += len(line[3]) + 1
+        if size > MAX_INPUT:
+            raise UserError(f"{kind} captures are read whole, and this one holds more than "
+                            f"{MAX_INPUT >> 20} MiB: give the part that matters")
+    return stream.text(window)
+
+
+def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None,
+                   max_bytes: int = MAX_READ) -> tuple[list[Report], list[str]]:
     """Read and diagnose each file: the reports of the files that could be read, and one line
-    per file that could not (unreadable, empty, binary, unknown or malformed). An SQLite file
-    (its 16-byte header) is read in place as an Nsight Systems export."""
+    per file that could not (unreadable, empty, binary, unknown or malformed, or more than
+    ``max_bytes`` once expanded). An SQLite file (its 16-byte header) is read in place as an
+    Nsight Systems export."""
     reports, errors = [], []
     for path in paths:
         try:
             if nsys_sqlite.is_sqlite(path):
                 reports.append(nsys_sqlite.diagnose_file(path, path))
                 continue
-            reports.append(diagnose_text(read_capture(path), path, expectations))
+            stream = LineStream([(None, capture_lines(path, "capture"))], max_bytes,
+                                "standard input" if path == "-" else f"capture {path}")
+            reports.append(diagnose_stream(stream, path, expectations))
         except (UserError, DiagnoseError) as exc:
             errors.append(str(exc))
     return reports, errors
 
 
-def diagnose_job(paths: list[str]) -> Report:
+def diagnose_job(paths: list[str], max_bytes: int = MAX_READ) -> Report:
     """One report of one job's logs, one file per rank or per host (a directory stands for
-    every regular file under it), read together as one interleaved log whose lines name
-    their file (:func:`~exemplar_tune.diagnose.normalize.join`); ``UserError`` (one line)
-    for a file that cannot be read, ``DiagnoseError`` for content that cannot be read."""
+    every regular file under it), read in turn as one stream whose lines name their file
+    (:class:`~.stream.LineStream`); ``UserError`` (one line) for a file that cannot be read
+    or more than ``max_bytes`` in all, ``DiagnoseError`` for content that cannot be read."""
     files = job_files(paths)
     if len(files) < 2:
         raise UserError(f"--ranks: {len(files)} file(s) found in {' '.join(paths)}; give the "
                         "files of a job's ranks or hosts (or their directory)")
     names = file_labels(files)
-    parts, total = [], 0
-    for path, name in zip(files, names, strict=True):
-        data = read_capture(path)
-        total += len(data)
-        if total > MAX_INPUT:
-            raise UserError(f"--ranks: the files hold more than {MAX_INPUT >> 20} MiB together; "
-                            "give fewer ranks or the part of each log that matters")
-        parts.append((name, data))
+    inputs = ((name, capture_lines(path, "capture")) for path, name in zip(files, names,
+                                                                           strict=True))
     source = f"{' '.join(paths)} ({len(files)} files)"
-    return diagnose_text(join(parts), source)
-
-
-def read_capture(path: str | Path) -> str:
-    """A capture's text, expanded when it is gzip or zstd; ``UserError`` (one line) when it
-    cannot be read or holds more than the input limit once expanded."""
-    raw = read_input_bytes(path, "capture")
-    return decompressed(raw, path, "capture", MAX_INPUT).decode("utf-8", errors="replace")
+    return diagnose_stream(LineStream(inputs, max_bytes, f"--ranks: the {len(files)} files"),
+                           source)
 
 
 def job_files(paths: list[str]) -> list[Path]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
@@ -91,13 +91,74 @@ class Report:
                 "summary": self.summary, "findings": [f.to_dict() for f in self.findings]}
 
 
+class LineReader(Protocol):
+    """A format read as a stream: fed every line once, in order, holding state per rank, host
+    and finding (never per line), then asked for the report."""
+
+    def feed(self, n: int, line: str, source: str | None, raw: str) -> None:
+        """Line ``n`` (from 1): cleaned, where it came from (launcher prefix, file), as written."""
+
+    def report(self, files: tuple[tuple[str, int], ...]) -> Report:
+        """The report of every line fed; ``files``: each file's name and first line number."""
+
+
 @dataclass(frozen=True)
 class Analyzer:
-    """One input format: its kind, a content sniffer and the analysis."""
+    """One input format: its kind, a content sniffer and the analysis of a whole text; a
+    format read as a stream also has ``reader(source, expectations)``, and its ``analyze`` is
+    that reader fed every line of the text (:func:`read_all`)."""
 
     kind: str
     sniff: Callable[[str], bool]
     analyze: Callable[[str, str, dict[str, Any]], Report]
+    reader: Callable[[str, dict[str, Any]], LineReader] | None = None
+
+
+def read_all(reader: LineReader, text: str) -> Report:
+    """``reader``'s report of ``text``, every line fed (its ``sources``, ``raw`` and ``files``
+    too when it is a :class:`~.normalize.CleanText`)."""
+    lines = text.split("\n")
+    sources = getattr(text, "sources", ())
+    raw = getattr(text, "raw", text).split("\n")
+    if len(raw) != len(lines):
+        raw = lines
+    for i, line in enumerate(lines):
+        reader.feed(i + 1, line, sources[i] if i < len(sources) else None, raw[i])
+    return reader.report(getattr(text, "files", ()))
+
+
+KEEP_LINES = 32  # line numbers a folded occurrence keeps for its evidence
+
+
+@dataclass
+class Occurrences:
+    """Where one thing was seen, folded: how often, the first and last line, and the first
+    :data:`KEEP_LINES` line numbers (evidence cites a few); constant size however often."""
+
+    count: int = 0
+    first: int = 0
+    last: int = 0
+    lines: list[int] = field(default_factory=list)
+
+    def add(self, n: int) -> None:
+        self.count += 1
+        self.first = self.first or n
+        self.last = n
+        if len(self.lines) < KEEP_LINES:
+            self.lines.append(n)
+
+    def cited(self) -> list[int]:
+        """The kept line numbers and the last one."""
+        return self.lines if self.last in self.lines else [*self.lines, self.last]
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.count, "first": self.first, "last": self.last}
+
+    def cite(self, source: str, column: str | None = None) -> str:
+        """:func:`cite` of the kept lines and the last, with how many there were in all
+        when some are not shown."""
+        text = cite(source, self.cited(), column)
+        return text if self.count <= len(self.cited()) else f"{text} ({self.count} lines)"
 
 
 def finding(check_id: str, status: str, message: str, evidence: Iterable[str] = (),

@@ -26,13 +26,17 @@ broadcast, reduce, send and recv; ``count * nranks * typesize`` for all_gather, 
 alltoall, gather and scatter, whose ``count`` is per rank (``None`` when the line lacks
 ``[nranks=]``).
 
-Counting (:func:`distinct_calls`): every rank of a communicator logs the same call, each with
-its own ``comm`` pointer, so lines are grouped by emitter (host, pid, device, rank, comm). A
-call is the tuple (collective, opCount, nranks, count, datatype, root); it is counted as often
-as the emitter that logged it most often did, so N ranks logging one op count once, while
-repeats within one rank (calls of one group share an opCount; nranks=1 communicators never
-advance it) all count. Communicators of equal size that issue the same op at the same opCount
-(parallel tensor-parallel groups) therefore count once: the histogram is one group's view.
+Counting (:class:`CollCounter`, fed one line at a time): every rank of a communicator logs
+the same call, each with its own ``comm`` pointer, so lines are grouped by emitter (host, pid,
+device, rank, comm). A call is the tuple (collective, opCount, nranks, count, datatype, root);
+it is counted as often as the emitter that logged it most often in one run of its opCount did,
+so N ranks logging one op count once, while repeats within one rank (calls of one group share
+an opCount; nranks=1 communicators never advance it) all count. Communicators of equal size
+that issue the same op at the same opCount (parallel tensor-parallel groups) therefore count
+once: the histogram is one group's view. The counter holds one entry per emitter and per
+call of the last :data:`MAX_OPS` calls; a call logged again after that many others (ranks'
+files read one after the other, each longer than that) is counted again, and the summary says
+how many calls were forgotten so.
 """
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exemplar_tune.diagnose.base import Occurrences
 from exemplar_tune.diagnose.normalize import clean_line
+
+MAX_OPS = 1 << 17  # calls matched across ranks at once (see the module docstring)
 
 DATATYPES = {  # ncclDataType_t number: (name, bytes per element)
     0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
@@ -133,23 +140,43 @@ def _call(m: re.Match[str], n: int, rank: int | None) -> CollCall:
                     int(grank) if grank else rank, n)
 
 
+def read_call(n: int, line: str) -> CollCall | str | None:
+    """Line ``n``'s call; ``"collective"`` or ``"datatype"`` for a call line with an unknown
+    one; ``None`` for any other line."""
+    if "opCount" not in line:
+        return None
+    m = _CALL.match(line)
+    if m and m.group("host"):  # NCCL's own prefix first: no launcher prefix left to remove
+        rank = None
+    else:
+        line, rank = _cleaned(line)
+        if not (m := _CALL.search(line)):
+            return None
+    if m.group("name") not in COLLECTIVES:
+        return "collective"
+    if int(m.group("dtype")) not in DATATYPES:
+        return "datatype"
+    return _call(m, n, rank)
+
+
+def version_of(line: str) -> str | None:
+    """The NCCL (or RCCL) version a line names, if it does."""
+    v = _VERSION.search(line) if "CCL version" in line else None
+    return v.group(1).rstrip(".") if v else None
+
+
 def parse_coll_log(text: str) -> CollLog:
     """All COLL call lines of ``text`` (see the module docstring), with what was skipped."""
     calls: list[CollCall] = []
     skipped: Counter[str] = Counter()
     version = None
     for n, raw in enumerate(text.splitlines(), start=1):
-        line, rank = _cleaned(raw)
-        if version is None and (v := _VERSION.search(line)):
-            version = v.group(1).rstrip(".")
-        if not (m := _CALL.search(line)):
-            continue
-        if m.group("name") not in COLLECTIVES:
-            skipped["collective"] += 1
-        elif int(m.group("dtype")) not in DATATYPES:
-            skipped["datatype"] += 1
-        else:
-            calls.append(_call(m, n, rank))
+        version = version or version_of(raw if "\x1b" not in raw else _cleaned(raw)[0])
+        call = read_call(n, raw)
+        if isinstance(call, CollCall):
+            calls.append(call)
+        elif call:
+            skipped[call] += 1
     return CollLog(calls, skipped["datatype"], skipped["collective"], version)
 
 
@@ -166,48 +193,90 @@ def _op(call: CollCall) -> tuple:
     return (call.collective, call.opcount, call.nranks, call.count, call.datatype, call.root)
 
 
+class CollCounter:
+    """Calls counted once across ranks (module docstring), fed one line or call at a time,
+    folded per collective and size: state per emitter and per recent call, never per line."""
+
+    def __init__(self) -> None:
+        self.lines = 0  # call lines read
+        self.calls = 0  # distinct calls counted
+        self.skipped: Counter[str] = Counter()
+        self.version: str | None = None
+        self.forgotten = 0
+        self._runs: dict[tuple, tuple[int, Counter[tuple]]] = {}  # emitter: (opCount, counts)
+        self._most: dict[tuple, int] = {}  # call: the most lines one emitter's run logged
+        self.sizes: dict[str, dict[int, Occurrences]] = defaultdict(dict)
+        self.seen: dict[str, Occurrences] = defaultdict(Occurrences)  # per collective
+
+    def feed(self, n: int, line: str) -> None:
+        """Read line ``n``: its version, and its call if it is a COLL line."""
+        self.version = self.version or version_of(line)
+        call = read_call(n, line)
+        if isinstance(call, CollCall):
+            self.add(call)
+        elif call:
+            self.skipped[call] += 1
+
+    def add(self, call: CollCall) -> bool:
+        """Count ``call``; True when it is a call not counted before (not another rank's line
+        of one already counted)."""
+        self.lines += 1
+        emitter, op = _emitter(call), _op(call)
+        opcount, counts = self._runs.get(emitter, (None, None))
+        if opcount != call.opcount or counts is None:
+            counts = Counter()
+            self._runs[emitter] = (call.opcount, counts)
+        counts[op] += 1
+        if counts[op] <= self._most.get(op, 0):
+            return False
+        if op not in self._most and len(self._most) >= MAX_OPS:
+            del self._most[next(iter(self._most))]
+            self.forgotten += 1
+        self._most[op] = counts[op]
+        self.calls += 1
+        self.seen[call.collective].add(call.line)
+        if call.bytes is not None:
+            self.sizes[call.collective].setdefault(call.bytes, Occurrences()).add(call.line)
+        return True
+
+    def message_sizes(self, share: float = 0.9, limit: int = 8) -> dict[str, list[SizeShare]]:
+        """Per collective, the sizes that carry ``share`` of its bytes: the fewest, at most
+        ``limit``. A size's bytes are calls x size; sizes are ordered by those bytes, largest
+        first (ties: larger size first). Calls without a size (no nranks where one is needed)
+        are left out; a collective whose calls all carry 0 bytes lists its most frequent
+        size."""
+        if not 0 < share <= 1 or limit < 1:
+            raise ValueError(f"share must be in (0, 1] and limit >= 1, not {share}, {limit}")
+        return {coll: _top(sizes, share, limit) for coll, sizes in self.sizes.items()}
+
+
 def distinct_calls(calls: Iterable[CollCall]) -> list[CollCall]:
     """One entry per collective call, however many ranks logged it (module docstring)."""
-    seen: dict[tuple, list[CollCall]] = defaultdict(list)  # op -> first emitter's lines
-    per_emitter: Counter[tuple] = Counter()
-    for call in calls:
-        key = _op(call)
-        per_emitter[(key, _emitter(call))] += 1
-        if per_emitter[(key, _emitter(call))] > len(seen[key]):
-            seen[key].append(call)
-    return sorted((c for group in seen.values() for c in group), key=lambda c: c.line)
+    counter = CollCounter()
+    return [call for call in calls if counter.add(call)]
 
 
 def message_sizes(calls: Iterable[CollCall], share: float = 0.9,
                   limit: int = 8) -> dict[str, list[SizeShare]]:
-    """Per collective, the sizes that carry ``share`` of its bytes: the fewest, at most ``limit``.
-
-    Calls are counted once across ranks (:func:`distinct_calls`); a size's bytes are
-    calls x size; sizes are ordered by those bytes, largest first (ties: larger size first).
-    Calls without a size (no nranks where one is needed) are left out; a collective whose calls
-    all carry 0 bytes lists its most frequent size.
-    """
-    if not 0 < share <= 1 or limit < 1:
-        raise ValueError(f"share must be in (0, 1] and limit >= 1, not {share}, {limit}")
-    by_coll: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for call in distinct_calls(calls):
-        if call.bytes is not None:
-            by_coll[call.collective][call.bytes].append(call.line)
-    return {coll: _top(sizes, share, limit) for coll, sizes in by_coll.items()}
+    """:meth:`CollCounter.message_sizes` of ``calls``."""
+    counter = CollCounter()
+    for call in calls:
+        counter.add(call)
+    return counter.message_sizes(share, limit)
 
 
-def _top(sizes: dict[int, list[int]], share: float, limit: int) -> list[SizeShare]:
-    total = sum(size * len(lines) for size, lines in sizes.items())
-    ranked = sorted(sizes.items(), key=lambda kv: (kv[0] * len(kv[1]), kv[0], len(kv[1])),
+def _top(sizes: dict[int, Occurrences], share: float, limit: int) -> list[SizeShare]:
+    total = sum(size * seen.count for size, seen in sizes.items())
+    ranked = sorted(sizes.items(), key=lambda kv: (kv[0] * kv[1].count, kv[0], kv[1].count),
                     reverse=True)
     if not total:
-        ranked.sort(key=lambda kv: len(kv[1]), reverse=True)
+        ranked.sort(key=lambda kv: kv[1].count, reverse=True)
     out: list[SizeShare] = []
     carried = 0
-    for size, lines in ranked[:limit]:
-        carried += size * len(lines)
-        out.append(SizeShare(size, len(lines), size * len(lines) / total if total else 0.0,
-                             tuple(lines)))
+    for size, seen in ranked[:limit]:
+        carried += size * seen.count
+        out.append(SizeShare(size, seen.count, size * seen.count / total if total else 0.0,
+                             tuple(seen.lines)))
         if not total or carried >= share * total:
             break
     return out

@@ -32,10 +32,12 @@ from exemplar_tune.diagnose.base import (
     Analyzer,
     DiagnoseError,
     Finding,
+    Occurrences,
     Report,
     cite,
     finding,
     numbered,
+    read_all,
 )
 
 KIND = "nccl-log"
@@ -73,65 +75,93 @@ def sniff(text: str) -> bool:
                or nccl_warn.RAISED.search(line) for line in text.splitlines())
 
 
-def parse_log(text: str) -> dict[str, Any]:
-    """Topology events ``[(event, line, groups)]``, affinity per host/GPU, version, counts,
-    the ranks and hosts of the line prefixes, and the transports named."""
-    out: dict[str, Any] = {"events": [], "affinity": {}, "version": None, "lines": 0, "warn": 0,
-                           "ranks": set(), "hosts": set(), "transports": set(),
-                           "interfaces": {}}
+class LogReader:
+    """The facts of an NCCL log's INFO lines, gathered as lines are fed: topology events and
+    the interfaces used (folded: where each was seen), affinity per host/GPU, the version, the
+    NCCL line and WARN counts, the ranks and hosts of the line prefixes, the transports."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, tuple], Occurrences] = {}  # (event, groups): where
+        self.affinity: dict[str, dict[str, Any]] = {}
+        self.version: str | None = None
+        self.lines = self.warn = 0
+        self.ranks: set[str] = set()
+        self.hosts: set[str] = set()
+        self.transports: set[str] = set()
+        self.interfaces: dict[str, dict[str, Occurrences]] = {}
+
+    def feed(self, n: int, line: str, source: str | None) -> None:
+        """Read line ``n`` (``source``: where :mod:`normalize` says it came from)."""
+        if "NCCL" not in line:
+            return
+        if not self.version and "version" in line and (m := _VERSION.search(line)):
+            self.version = m.group(1).rstrip(".,")
+        if not _NCCL_LINE.search(line):
+            return
+        self.lines += 1
+        self.warn += " NCCL WARN " in line
+        host, rank = nccl_warn.origin(line, source)
+        if host:
+            self.hosts.add(host)
+        if rank:
+            self.ranks.add(rank)
+        if ("via " in line or "Using network" in line) and (m := _TRANSPORT.search(line)):
+            self.transports.add(m.group(1) or f"NET/{m.group(2)}")
+        if ": Using " in line and (m := _USING.search(line)):
+            for name in _INTERFACE.findall(m.group(2)):
+                self.interfaces.setdefault(m.group(1), {}).setdefault(
+                    name, Occurrences()).add(n)
+        if "Setting affinity" in line and (m := _AFFINITY.search(line)):
+            self.affinity[f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
+        if "TOPO" in line or "opology" in line or "XML" in line:
+            for event, rx in _EVENTS:
+                if m := rx.search(line):
+                    self.events.setdefault((event, m.groups()), Occurrences()).add(n)
+
+
+def parse_log(text: str) -> LogReader:
+    """The :class:`LogReader` of every line of ``text``."""
+    reader = LogReader()
     sources = getattr(text, "sources", ())
     for n, line in numbered(text):
-        if (m := _VERSION.search(line)) and not out["version"]:
-            out["version"] = m.group(1).rstrip(".,")
-        if not _NCCL_LINE.search(line):
-            continue
-        out["lines"] += 1
-        out["warn"] += " NCCL WARN " in line
-        host, rank = nccl_warn.origin(line, sources[n - 1] if n <= len(sources) else None)
-        out["hosts"].update([host] if host else [])
-        out["ranks"].update([rank] if rank else [])
-        if m := _TRANSPORT.search(line):
-            out["transports"].add(m.group(1) or f"NET/{m.group(2)}")
-        if m := _USING.search(line):
-            names = _INTERFACE.findall(m.group(2))
-            for name in names:
-                out["interfaces"].setdefault(m.group(1), {}).setdefault(name, []).append(n)
-        if m := _AFFINITY.search(line):
-            out["affinity"][f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
-        for event, rx in _EVENTS:
-            if m := rx.search(line):
-                out["events"].append((event, n, m.groups()))
-    return out
+        reader.feed(n, line, sources[n - 1] if n <= len(sources) else None)
+    return reader
 
 
-def judge_topology(source: str, events: list[tuple[str, int, tuple]]) -> Finding:
+def judge_topology(source: str, folded: dict[tuple[str, tuple], Occurrences]) -> Finding:
+    """The topology finding of a :class:`LogReader`'s events (each seen once or more)."""
+    events = sorted(((event, seen.first, groups) for (event, groups), seen in folded.items()),
+                    key=lambda e: e[1])
+    lines = sorted(n for seen in folded.values() for n in seen.cited())
     broken = [e for e in events if e[0] in _BROKEN]
     paths = sorted({g[0] for e, _, g in events if e in ("set", "loading", "plugin_set",
                                                          "cannot_open")})
     if broken:
         event, line, groups = broken[0]
+        lines = sorted(n for (e, _), seen in folded.items() if e in _BROKEN
+                       for n in seen.cited())
         why = {"cannot_open": f"could not open {groups[0]} ({groups[-1].strip()}); NCCL fell "
                               "back to auto-detection (file not mounted in the container?)",
                "wrong_version": f"topology XML has wrong version {groups[0]}; NCCL rejects it",
                "parse_error": "topology XML did not parse; NCCL init fails"}[event]
-        return finding(CHECK_TOPO, FAIL, f"NCCL_TOPO_FILE not used: {why}",
-                       [cite(source, [n for _, n, _ in broken])],
+        return finding(CHECK_TOPO, FAIL, f"NCCL_TOPO_FILE not used: {why}", [cite(source, lines)],
                        topo_files=paths, problems=sorted({e for e, _, _ in broken}))
     if paths:
         return finding(CHECK_TOPO, PASS, f"NCCL read topology file {', '.join(paths)}",
-                       [cite(source, [n for _, n, _ in events])], topo_files=paths)
+                       [cite(source, lines)], topo_files=paths)
     return finding(CHECK_TOPO, INFO, "no NCCL_TOPO_FILE lines: NCCL auto-detected the topology "
                    "(or the log lacks ENV/GRAPH subsystems)")
 
 
-def judge_interfaces(source: str, interfaces: dict[str, dict[str, list[int]]]
+def judge_interfaces(source: str, interfaces: dict[str, dict[str, Occurrences]]
                      ) -> Finding | None:
     """A warning when NCCL's bootstrap or socket interfaces include a virtual one."""
     if not interfaces:
         return None
     used = {purpose: sorted(names) for purpose, names in interfaces.items()}
     virtual = {purpose: [n for n in names if VIRTUAL.match(n)] for purpose, names in used.items()}
-    lines = [n for names in interfaces.values() for found in names.values() for n in found]
+    lines = [n for names in interfaces.values() for found in names.values()
+             for n in found.cited()]
     shown = "; ".join(f"{purpose}: {', '.join(names)}" for purpose, names in used.items())
     if not any(virtual.values()):
         return finding(CHECK_INTERFACES, PASS, f"NCCL uses physical interfaces ({shown})",
@@ -141,7 +171,7 @@ def judge_interfaces(source: str, interfaces: dict[str, dict[str, list[int]]]
     fix = (f"set NCCL_SOCKET_IFNAME={','.join(physical)}" if physical else
            "set NCCL_SOCKET_IFNAME to the host's physical interface (none is listed here)")
     where = [n for purpose in interfaces for name, found in interfaces[purpose].items()
-             if name in bad for n in found]
+             if name in bad for n in found.cited()]
     return finding(CHECK_INTERFACES, WARN, f"NCCL may carry traffic over virtual interface"
                    f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} ({shown}): {fix}",
                    [cite(source, where)], interfaces=used, virtual=bad)
@@ -168,49 +198,73 @@ def _size_text(size: int) -> str:
     return f"{size} B"
 
 
-def judge_sizes(source: str, coll: nccl_coll.CollLog) -> list[Finding]:
+def judge_sizes(source: str, coll: nccl_coll.CollCounter) -> list[Finding]:
     """One INFO finding per collective: the sizes carrying 90 % of its bytes (at most 8)."""
-    distinct = nccl_coll.distinct_calls(coll.calls)
     findings = []
-    for name, sizes in nccl_coll.message_sizes(distinct).items():
-        calls = [c for c in distinct if c.collective == name and c.bytes is not None]
+    for name, sizes in coll.message_sizes().items():
         carried = sum(s.share for s in sizes)
+        calls = sum(seen.count for seen in coll.sizes[name].values())
         shown = ", ".join(_size_text(s.size) for s in sizes)
         findings.append(finding(
-            CHECK_SIZES, INFO, f"{name}: {_calls_text(len(calls))}, {carried * 100:.0f} % of "
-            f"bytes at {shown}", [cite(source, [c.line for c in calls])],
-            collective=name, calls=len(calls), bytes=sum(c.bytes or 0 for c in calls),
+            CHECK_SIZES, INFO, f"{name}: {_calls_text(calls)}, {carried * 100:.0f} % of "
+            f"bytes at {shown}", [coll.seen[name].cite(source)],
+            collective=name, calls=calls,
+            bytes=sum(size * seen.count for size, seen in coll.sizes[name].items()),
             sizes=[{"size": s.size, "calls": s.calls, "share": round(s.share, 4)}
                    for s in sizes]))
     return findings
 
 
-def coll_summary(coll: nccl_coll.CollLog) -> dict[str, Any]:
-    return {"lines": len(coll.calls), "calls": len(nccl_coll.distinct_calls(coll.calls)),
-            "unknown_datatype_lines": coll.unknown_datatype,
-            "unknown_collective_lines": coll.unknown_collective}
+def coll_summary(coll: nccl_coll.CollCounter) -> dict[str, Any]:
+    out = {"lines": coll.lines, "calls": coll.calls,
+           "unknown_datatype_lines": coll.skipped["datatype"],
+           "unknown_collective_lines": coll.skipped["collective"]}
+    if coll.forgotten:
+        out["calls_forgotten"] = coll.forgotten
+    return out
+
+
+class NcclLogReader:
+    """An NCCL log read as a stream (:class:`~.base.LineReader`): INFO facts, failures and
+    COLL calls, each folded as it is fed."""
+
+    def __init__(self, source: str, expectations: dict[str, Any]) -> None:
+        self.source = source
+        self.log = LogReader()
+        self.coll = nccl_coll.CollCounter()
+        self.problems = nccl_warn.ProblemReader()
+
+    def feed(self, n: int, line: str, source: str | None, raw: str) -> None:
+        self.log.feed(n, line, source)
+        self.coll.feed(n, line)
+        self.problems.feed(n, line, source)
+
+    def report(self, files: tuple[tuple[str, int], ...]) -> Report:
+        log, coll, source = self.log, self.coll, self.source
+        problems = self.problems.problems()
+        if not log.lines and not coll.lines and not problems:
+            raise DiagnoseError(f"{source}: no NCCL log lines")
+        findings = nccl_warn.judge_problems(source, problems)
+        findings += [judge_topology(source, log.events), judge_affinity(source, log.affinity)]
+        findings += [f for f in (judge_interfaces(source, log.interfaces),) if f]
+        findings += judge_sizes(source, coll)
+        summary = {"nccl_version": log.version or coll.version, "nccl_lines": log.lines,
+                   "warnings": log.warn, "problems": [p.to_dict() for p in problems],
+                   "ranks": len(log.ranks) or None, "hosts": len(log.hosts) or None,
+                   "transports": sorted(log.transports),
+                   "topology_events": [{"event": e, "line": seen.first, "value": g[0],
+                                        "count": seen.count}
+                                       for (e, g), seen in sorted(log.events.items(),
+                                                                  key=lambda kv: kv[1].first)],
+                   "affinity": {k: v["cpus"] for k, v in log.affinity.items()},
+                   "interfaces": {k: sorted(v) for k, v in log.interfaces.items()},
+                   "coll": coll_summary(coll)}
+        return Report(source, KIND, summary, findings)
 
 
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
-    log = parse_log(text)
-    coll = nccl_coll.parse_coll_log(text)
-    problems = nccl_warn.parse_problems(text)
-    if not log["lines"] and not coll.calls and not problems:
-        raise DiagnoseError(f"{source}: no NCCL log lines")
-    findings = nccl_warn.judge_problems(source, problems)
-    findings += [judge_topology(source, log["events"]), judge_affinity(source, log["affinity"])]
-    findings += [f for f in (judge_interfaces(source, log["interfaces"]),) if f]
-    findings += judge_sizes(source, coll)
-    summary = {"nccl_version": log["version"] or coll.version, "nccl_lines": log["lines"],
-               "warnings": log["warn"], "problems": [p.to_dict() for p in problems],
-               "ranks": len(log["ranks"]) or None, "hosts": len(log["hosts"]) or None,
-               "transports": sorted(log["transports"]),
-               "topology_events": [{"event": e, "line": n, "value": g[0]}
-                                   for e, n, g in log["events"]],
-               "affinity": {k: v["cpus"] for k, v in log["affinity"].items()},
-               "interfaces": {k: sorted(v) for k, v in log["interfaces"].items()},
-               "coll": coll_summary(coll)}
-    return Report(source, KIND, summary, findings)
+    """The report of a whole log (:class:`NcclLogReader` fed every line)."""
+    return read_all(NcclLogReader(source, expectations), text)
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze)
+ANALYZER = Analyzer(KIND, sniff, analyze, NcclLogReader)

@@ -150,7 +150,7 @@ def _launched_ranks(text: str) -> int | None:
     return None
 
 
-def ranks_and_hosts(text: str, log: dict[str, Any]) -> dict[str, Any]:
+def ranks_and_hosts(text: str, log: nccl_log.LogReader) -> dict[str, Any]:
     """Ranks and hosts where the text shows them: the ``# Rank`` lines (hosts only when every
     rank is listed; ``runs``: how many rank-0 lines, one per run), else NCCL INFO lines
     (``nranks``, line prefixes), else the launcher command line; hosts also from the
@@ -162,7 +162,7 @@ def ranks_and_hosts(text: str, log: dict[str, Any]) -> dict[str, Any]:
         complete = {r for r, _ in listed} == set(range(count))
         return {"ranks": count, "hosts": len({h for _, h in listed}) if complete else None,
                 "runs": _runs(text)}
-    hosts = log["hosts"] or {s.split()[0] for s in getattr(text, "sources", ())
+    hosts = log.hosts or {s.split()[0] for s in getattr(text, "sources", ())
                              if s and not s.startswith(("rank", "local"))}
     nranks = [int(m.group(1)) for line in text.splitlines() if (m := _NRANKS.search(line))]
     return {"ranks": max(nranks) if nranks else _launched_ranks(text),
@@ -202,7 +202,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
                                             judge_bandwidth(source, t, expected),
                                             judge_wrong(source, t))]
     summary = {"tests": [test_summary(t) for t in tests], **ranks_and_hosts(text, log),
-               "nccl_version": log["version"], "transports": sorted(log["transports"]),
+               "nccl_version": log.version, "transports": sorted(log.transports),
                "problems": [p.to_dict() for p in problems]}
     return Report(source, KIND, summary, findings)
 

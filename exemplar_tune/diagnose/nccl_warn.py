@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exemplar_tune.diagnose.base import FAIL, WARN, Finding, cite, finding, numbered
+from exemplar_tune.diagnose.base import FAIL, WARN, Finding, Occurrences, finding, numbered
+from exemplar_tune.diagnose.normalize import natural
+from exemplar_tune.fleet.hostlist import compress
 
 CHECK = "fabric.nccl-errors"
 PREFIX = re.compile(r"(?:^|(?<=[\s`\[(]))(?P<host>[^\s:`\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) "
@@ -57,22 +59,26 @@ WC_STATUS = ("success", "local length error", "local QP operation error",
              "invalid EE context state", "fatal error", "response timeout error", "general error")
 
 
+MAX_DETAILS = 64  # distinct details (peers, call sites) a problem names
+
+
 @dataclass
 class Problem:
-    """One kind of failure: a label, a status and every line that shows it."""
+    """One kind of failure, folded: a label, a status, where it was seen (count, first and
+    last line), the hosts that logged it and up to :data:`MAX_DETAILS` details."""
 
     label: str
     status: str
     kind: str = "warn"  # warn (a WARN line), return (an error return traced), raised
-    lines: list[int] = field(default_factory=list)
+    seen: Occurrences = field(default_factory=Occurrences)
     hosts: set[str] = field(default_factory=set)
     details: set[str] = field(default_factory=set)
     example: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.label, "status": self.status, "count": len(self.lines),
-                "lines": list(self.lines), "hosts": sorted(self.hosts),
-                "details": sorted(self.details)}
+        return {"pattern": self.label, "status": self.status, **self.seen.to_dict(),
+                "lines": list(self.seen.lines), "hosts": sorted(self.hosts),
+                "hostlist": compress(self.hosts), "details": sorted(self.details)}
 
 
 def unlinked(line: str) -> str:
@@ -139,57 +145,86 @@ def _classify(message: str) -> tuple[str, str, str | None]:
     return f"NCCL WARN {_NUMBERS.sub('N', text)[:120]}", WARN, None
 
 
-def parse_problems(text: str) -> list[Problem]:
-    """Every failure line of ``text`` (a :class:`~normalize.CleanText` or plain), grouped."""
-    sources = getattr(text, "sources", ())
-    groups: dict[str, Problem] = {}
+class ProblemReader:
+    """NCCL failures, grouped by kind as lines are fed (:meth:`feed`)."""
 
-    def add(label: str, status: str, n: int, line: str, detail: str | None,
-            kind: str = "warn") -> None:
-        host, _ = origin(line, sources[n - 1] if n <= len(sources) else None)
-        group = groups.setdefault(label, Problem(label, status, kind, example=line.strip()[:300]))
-        group.lines.append(n)
-        group.hosts.update([host] if host else [])
-        group.details.update([detail] if detail else [])
+    def __init__(self) -> None:
+        self.groups: dict[str, Problem] = {}
 
-    for n, raw in numbered(text):
+    def feed(self, n: int, raw: str, source: str | None) -> None:
+        """Read line ``n`` (``source``: where :mod:`normalize` says it came from)."""
+        if "NCCL" not in raw and "nccl" not in raw:
+            return
         line = unlinked(raw)
-        if m := _WARN.search(line):
+        if " WARN" in line and (m := _WARN.search(line)):
             message = _NET_IB.sub("", m["msg"])
             if not _TOPOLOGY.search(message):
                 label, status, detail = _classify(message)
-                add(label, status, n, line, detail)
-        elif (m := _RETURN.search(line)) and int(m["code"]) in RESULTS:
-            add(f"NCCL calls returned {_result(int(m['code']))}", FAIL, n, line,
-                m["where"].rsplit("/", 1)[-1], "return")
-        elif m := RAISED.search(line):
+                self._add(label, status, n, line, source, detail)
+        elif " -> " in line and (m := _RETURN.search(line)) and int(m["code"]) in RESULTS:
+            self._add(f"NCCL calls returned {_result(int(m['code']))}", FAIL, n, line, source,
+                      m["where"].rsplit("/", 1)[-1], "return")
+        elif "rror" in line and (m := RAISED.search(line)):
             code = next(c for c, (name, why) in RESULTS.items() if m["why"] == why
                         or m["name"] == name)
-            add(f"NCCL error raised to the framework: {_result(code)}", FAIL, n, line, None,
-                "raised")
-    return list(groups.values())
+            self._add(f"NCCL error raised to the framework: {_result(code)}", FAIL, n, line,
+                      source, None, "raised")
+
+    def _add(self, label: str, status: str, n: int, line: str, source: str | None,
+             detail: str | None, kind: str = "warn") -> None:
+        host, _ = origin(line, source)
+        group = self.groups.get(label)
+        if group is None:
+            group = self.groups[label] = Problem(label, status, kind,
+                                                 example=line.strip()[:300])
+        group.seen.add(n)
+        if host:
+            group.hosts.add(host)
+        if detail and len(group.details) < MAX_DETAILS:
+            group.details.add(detail)
+
+    def problems(self) -> list[Problem]:
+        return list(self.groups.values())
+
+
+def parse_problems(text: str) -> list[Problem]:
+    """Every failure line of ``text`` (a :class:`~normalize.CleanText` or plain), grouped."""
+    sources = getattr(text, "sources", ())
+    reader = ProblemReader()
+    for n, line in numbered(text):
+        reader.feed(n, line, sources[n - 1] if n <= len(sources) else None)
+    return reader.problems()
 
 
 def judge_problems(source: str, problems: list[Problem]) -> list[Finding]:
     """One finding per kind of failure: its count, hosts and lines (fail before warn)."""
     out = []
-    for p in sorted(problems, key=lambda p: (p.status != FAIL, p.kind == "return", p.lines[0])):
-        out.append(finding(CHECK, p.status, _message(p),
-                           [cite(source, p.lines)], pattern=p.label, count=len(p.lines),
-                           lines=list(p.lines),
-                           hosts=sorted(p.hosts), details=sorted(p.details), example=p.example))
+    for p in sorted(problems, key=lambda p: (p.status != FAIL, p.kind == "return", p.seen.first)):
+        out.append(finding(CHECK, p.status, _message(p), [p.seen.cite(source)],
+                           pattern=p.label, **p.seen.to_dict(), lines=list(p.seen.lines),
+                           hosts=sorted(p.hosts), hostlist=compress(p.hosts),
+                           details=sorted(p.details), example=p.example))
     return out
 
 
+def hosts_text(hosts: set[str], width: int = 80) -> str:
+    """The hosts as a hostlist (``node[01-64]``); the first few and a count when that is
+    longer than ``width``."""
+    folded = compress(hosts)
+    if len(folded) <= width:
+        return folded
+    first = sorted(hosts, key=natural)[:4]
+    return f"{', '.join(first)}, ... ({len(hosts)} hosts)"
+
+
 def _message(p: Problem) -> str:
-    hosts = sorted(p.hosts)
-    where = f" on {', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}" if hosts else ""
+    where = f" on {hosts_text(p.hosts)}" if p.hosts else ""
     details = sorted(p.details)
     detail = f" ({', '.join(details[:3])}{', ...' if len(details) > 3 else ''})" \
         if details else ""
     if p.kind == "return":
-        return f"{p.label}: traced at {len(details)} call site(s) on {len(p.lines)} line(s)" \
+        return f"{p.label}: traced at {len(details)} call site(s) on {p.seen.count} line(s)" \
                f"{detail}{where}"
     if p.kind == "raised":
         return f"{p.label}{where}"
-    return f"{len(p.lines)} x {p.label}{detail}{where}"
+    return f"{p.seen.count} x {p.label}{detail}{where}"

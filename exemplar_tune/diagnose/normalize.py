@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
                    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Za-z0-9]|[=>])")
@@ -62,20 +63,56 @@ class CleanText(str):
     sources: tuple[str | None, ...]
     stripped: dict[str, int]
     noise: dict[str, int]
-    files: tuple[tuple[str, int], ...] = ()  # several files joined: see :func:`join`
+    files: tuple[tuple[str, int], ...] = ()  # a job's files: see :class:`~.stream.LineStream`
 
     def described(self) -> dict[str, object]:
         """What a report says about the input: prefixes and noise removed, sources seen."""
-        seen = sorted({s for s in self.sources if s}, key=natural)
-        out: dict[str, object] = {}
-        if self.stripped:
-            out["prefixes_removed"] = dict(self.stripped)
-        if self.noise:
-            out["noise_removed"] = dict(self.noise)
-        if seen:
-            out["sources"] = len(seen)
-            out["source_names"] = seen[:16]
-        return out
+        return described(self.stripped, self.noise, self.sources)
+
+
+def described(stripped: Mapping[str, int], noise: Mapping[str, int],
+              sources: Iterable[str | None]) -> dict[str, object]:
+    """Prefixes and noise removed, and how many sources were seen (the first 16 named)."""
+    seen = sorted({s for s in sources if s}, key=natural)
+    out: dict[str, object] = {}
+    if stripped:
+        out["prefixes_removed"] = dict(stripped)
+    if noise:
+        out["noise_removed"] = dict(noise)
+    if seen:
+        out["sources"] = len(seen)
+        out["source_names"] = seen[:16]
+    return out
+
+
+class LineCleaner:
+    """Cleans the lines of one file, one at a time, after deciding on a first ``window`` of
+    them (the whole text for :func:`normalize`) which ``MOSTLY`` prefixes most lines carry and
+    what indentation every written line shares. ``stripped`` and ``noise`` count what
+    :meth:`clean` removed so far."""
+
+    def __init__(self, window: list[str]) -> None:
+        self.stripped: Counter[str] = Counter()
+        self.noise: Counter[str] = Counter()
+        lines = [_terminal(line, Counter()) for line in window]
+        trial = [_strip(line, frozenset()) for line in lines]
+        counts = Counter(kind for _, kinds, _ in trial for kind in kinds)
+        written = sum(1 for line in lines if line.strip())
+        self.skip = frozenset(kind for kind in MOSTLY if counts[kind] * 2 < written)
+        done = trial if not self.skip else [_strip(line, self.skip) for line in lines]
+        self.indent = _shared_indent([text for text, _, _ in done])
+
+    def clean(self, line: str) -> tuple[str, str | None]:
+        """``line`` without terminal noise, prefixes and the shared indentation; its source."""
+        text, kinds, source = _strip(_terminal(line, self.noise), self.skip)
+        self.stripped.update(set(kinds) if len(kinds) > 1 else kinds)
+        if self.indent:
+            if not text.strip():
+                text = ""
+            elif text.startswith(self.indent):
+                text = text[len(self.indent):]
+                self.noise["indentation"] += 1
+        return text, source
 
 
 def normalize(text: str) -> CleanText:
@@ -83,45 +120,19 @@ def normalize(text: str) -> CleanText:
     if isinstance(text, CleanText):
         return text
     raw = text.split("\n")
-    noise: Counter[str] = Counter()
-    lines = [_terminal(line, noise) for line in raw]
-    trial = [_strip(line, set()) for line in lines]
-    counts = Counter(kind for _, kinds, _ in trial for kind in kinds)
-    written = sum(1 for line in lines if line.strip())
-    skip = {kind for kind in MOSTLY if counts[kind] * 2 < written}
-    done = trial if not skip else [_strip(line, skip) for line in lines]
-    clean = CleanText("\n".join(_dedent([text for text, _, _ in done], noise)))
+    cleaner = LineCleaner(raw)
+    done = [cleaner.clean(line) for line in raw]
+    clean = CleanText("\n".join(line for line, _ in done))
     clean.raw = text
-    clean.sources = tuple(source for _, _, source in done)
-    clean.stripped = dict(Counter(kind for _, kinds, _ in done for kind in set(kinds)))
-    clean.noise = dict(noise)
+    clean.sources = tuple(source for _, source in done)
+    clean.stripped = dict(cleaner.stripped)
+    clean.noise = dict(cleaner.noise)
     return clean
 
 
-def join(parts: list[tuple[str, str]]) -> CleanText:
-    """Several files of one job, ``(name, text)`` each (one file per rank or per host), as one
-    normalized text. A line's source is its file's name, followed by the source its own
-    prefixes give (``node03`` with torchrun's ``[default2]:`` is ``node03 local rank 2``);
-    ``files`` holds each file's name and the joined line number its first line became."""
-    cleans = [(name, normalize(text)) for name, text in parts]
-    joined = CleanText("\n".join(clean for _, clean in cleans))
-    joined.raw = "\n".join(clean.raw for _, clean in cleans)
-    joined.sources = tuple(f"{name} {own}" if own else name
-                           for name, clean in cleans for own in clean.sources)
-    stripped: Counter[str] = Counter()
-    noise: Counter[str] = Counter()
-    files, first = [], 1
-    for name, clean in cleans:
-        stripped.update(clean.stripped)
-        noise.update(clean.noise)
-        files.append((name, first))
-        first += len(clean.sources)
-    joined.stripped, joined.noise, joined.files = dict(stripped), dict(noise), tuple(files)
-    return joined
-
-
 def place(files: tuple[tuple[str, int], ...], line: int) -> tuple[str, int]:
-    """Which file of a :func:`join`-ed text line ``line`` came from, and its number there."""
+    """Which of a job's ``files`` (name, first line) line ``line`` came from, and its number
+    there."""
     name, first = next((f for f in reversed(files) if f[1] <= line), files[0])
     return name, line - first + 1
 
@@ -133,7 +144,7 @@ def strip_ansi(text: str) -> str:
 
 def clean_line(line: str) -> tuple[str, str | None]:
     """One line without terminal noise and prefixes (all kinds), and its source."""
-    text, _, source = _strip(_terminal(line, Counter()), set())
+    text, _, source = _strip(_terminal(line, Counter()), frozenset())
     return text, source
 
 
@@ -153,24 +164,22 @@ def _terminal(line: str, noise: Counter[str]) -> str:
     return line
 
 
-def _dedent(lines: list[str], noise: Counter[str]) -> list[str]:
-    """``lines`` without the leading whitespace all written lines share (blank lines become
-    empty); counted as ``indentation``."""
+def _shared_indent(lines: list[str]) -> str:
+    """The leading whitespace every written line of ``lines`` shares ("" when none)."""
     written = [line for line in lines if line.strip()]
     if not written or not written[0][:1].isspace():
-        return lines
+        return ""
     first = written[0]
     width = len(first) - len(first.lstrip())
     for line in written[1:]:
         while width and line[:width] != first[:width]:
             width -= 1
         if not width:
-            return lines
-    noise["indentation"] += len(written)
-    return [line[width:] if line.strip() else "" for line in lines]
+            return ""
+    return first[:width]
 
 
-def _strip(line: str, skip: set[str]) -> tuple[str, list[str], str | None]:
+def _strip(line: str, skip: frozenset[str]) -> tuple[str, list[str], str | None]:
     kinds: list[str] = []
     rank = host = local = None
     for _ in range(8):  # prefixes stack; a bound keeps a pathological line cheap
