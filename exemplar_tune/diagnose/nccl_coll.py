@@ -45,6 +45,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from exemplar_tune.diagnose.base import Occurrences
 from exemplar_tune.diagnose.normalize import clean_line
@@ -72,8 +73,7 @@ _CALL = re.compile(
 _VERSION = re.compile(r"\b[NR]CCL version :? ?(\d+\.\d+\.\d+[^\s,]*)")
 
 
-@dataclass(frozen=True)
-class CollCall:
+class CollCall(NamedTuple):
     """One COLL line: a call as one rank logged it."""
 
     collective: str
@@ -127,17 +127,16 @@ def call_bytes(collective: str, count: int, typesize: int, nranks: int | None) -
 
 
 def _call(m: re.Match[str], n: int, rank: int | None) -> CollCall:
-    collective = COLLECTIVES[m.group("name")]
-    dtype, size = DATATYPES[int(m.group("dtype"))]
-    count, nranks = int(m.group("count")), m.group("nranks")
+    name, opcount, count, dtype, root, comm, nranks, grank, host, pid, dev = m.group(
+        "name", "opcount", "count", "dtype", "root", "comm", "nranks", "grank", "host", "pid",
+        "dev")
+    collective = COLLECTIVES[name]
+    datatype, size = DATATYPES[int(dtype)]
     nranks_n = int(nranks) if nranks else None
-    grank = m.group("grank")
-    return CollCall(collective, count, dtype, nranks_n, call_bytes(collective, count, size,
-                                                                   nranks_n),
-                    int(m.group("opcount"), 16), int(m.group("root")), m.group("comm"),
-                    m.group("host"), int(m.group("pid")) if m.group("pid") else None,
-                    int(m.group("dev")) if m.group("dev") else None,
-                    int(grank) if grank else rank, n)
+    return CollCall(collective, int(count), datatype, nranks_n,
+                    call_bytes(collective, int(count), size, nranks_n), int(opcount, 16),
+                    int(root), comm, host, int(pid) if pid else None,
+                    int(dev) if dev else None, int(grank) if grank else rank, n)
 
 
 def read_call(n: int, line: str) -> CollCall | str | None:

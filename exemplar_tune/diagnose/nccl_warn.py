@@ -89,7 +89,7 @@ def unlinked(line: str) -> str:
 def origin(line: str, source: str | None = None) -> tuple[str | None, str | None]:
     """``(host, rank key)`` of an NCCL line: its ``host:pid:tid [dev]`` prefix, else the
     launcher source :mod:`normalize` kept; the rank key is ``host:pid [dev]``."""
-    if m := PREFIX.search(line):
+    if m := PREFIX.match(line) or PREFIX.search(line):  # most often at the start
         return m.group("host"), f"{m.group('host')}:{m.group('pid')} [{m.group('dev')}]"
     return source, None
 

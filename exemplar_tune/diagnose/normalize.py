@@ -43,8 +43,19 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("ray", re.compile(r"^\((?:[\w-]+, )?(?:rank=(?P<rank>\d+), )?[\w-]*\s?pid=\d+"
                        r"(?:, ip=(?P<host>[\d.]+))?\)\s?"), "rank", "host"),
     ("srun --label", re.compile(r"^\s*(?P<rank>\d+): "), "rank", None),
-    ("host label", re.compile(r"^(?P<host>[A-Za-z][\w.-]*\d[\w.-]*): "), None, "host"),
+    # a name with a digit: the look-ahead finds it without backtracking over long names
+    ("host label", re.compile(r"^(?=[A-Za-z][\w.-]*?\d)(?P<host>[A-Za-z][\w.-]*+): "), None,
+     "host"),
 )
+# all of them in one pattern, each a group ``p<index>`` whose own groups end in ``_<index>``:
+# one match finds a line's first prefix (or rules one out) instead of one match per kind
+def _numbered(i: int, pattern: str) -> str:
+    inner = re.sub(r"[(][?]P<(\w+)>", lambda m: f"(?P<{m.group(1)}_{i}>", pattern)
+    return f"(?P<p{i}>{inner})"
+
+
+_ANY_PREFIX = re.compile("|".join(_numbered(i, p.pattern)
+                                  for i, (_, p, _, _) in enumerate(_PREFIXES)))
 MOSTLY = frozenset({"srun --label", "host label"})  # removed only when most lines have them
 
 
@@ -183,21 +194,35 @@ def _strip(line: str, skip: frozenset[str]) -> tuple[str, list[str], str | None]
     kinds: list[str] = []
     rank = host = local = None
     for _ in range(8):  # prefixes stack; a bound keeps a pathological line cheap
-        for kind, pattern, rank_group, host_group in _PREFIXES:
-            match = None if kind in skip else pattern.match(line)
-            if match and match.end():
-                if rank_group == "local":
-                    local = match.group("local")  # the innermost: nearest the process
-                elif rank_group:
-                    rank = rank or match.group(rank_group)
-                host = host or (match.group(host_group) if host_group else None)
-                line, kinds = line[match.end():], [*kinds, kind]
-                break
-        else:
+        found = _prefix(line, skip)
+        if found is None:
             break
+        match, suffix, (kind, _, rank_group, host_group) = found
+        if rank_group == "local":
+            local = match.group("local" + suffix)  # the innermost: nearest the process
+        elif rank_group:
+            rank = rank or match.group(rank_group + suffix)
+        host = host or (match.group(host_group + suffix) if host_group else None)
+        line, kinds = line[match.end():], [*kinds, kind]
     source = " ".join(p for p in (host, rank and f"rank {rank}", local and f"local rank {local}")
                       if p)
     return line, kinds, source or None
+
+
+def _prefix(line: str, skip: frozenset[str]) -> tuple[re.Match[str], str, tuple] | None:
+    """The first prefix kind (of :data:`_PREFIXES`, not in ``skip``) at the start of ``line``:
+    its match, the suffix of its group names in that match, and its entry."""
+    found = _ANY_PREFIX.match(line)
+    if found is None:
+        return None
+    index = int(found.lastgroup[1:])
+    if _PREFIXES[index][0] not in skip and found.end():
+        return found, f"_{index}", _PREFIXES[index]
+    for entry in _PREFIXES:  # the first kind found is skipped: try the others in turn
+        match = None if entry[0] in skip else entry[1].match(line)
+        if match and match.end():
+            return match, "", entry
+    return None
 
 
 def natural(name: str) -> list[object]:
