@@ -139,23 +139,33 @@ def _call(m: re.Match[str], n: int, rank: int | None) -> CollCall:
                     int(dev) if dev else None, int(grank) if grank else rank, n)
 
 
-def read_call(n: int, line: str) -> CollCall | str | None:
-    """Line ``n``'s call; ``"collective"`` or ``"datatype"`` for a call line with an unknown
-    one; ``None`` for any other line."""
+def _match(line: str) -> tuple[re.Match[str], int | None] | None:
+    """The COLL call of ``line`` and the global rank its launcher named, if it is one."""
     if "opCount" not in line:
         return None
     m = _CALL.match(line)
     if m and m.group("host"):  # NCCL's own prefix first: no launcher prefix left to remove
-        rank = None
-    else:
-        line, rank = _cleaned(line)
-        if not (m := _CALL.search(line)):
-            return None
+        return m, None
+    line, rank = _cleaned(line)
+    m = _CALL.search(line)
+    return (m, rank) if m else None
+
+
+def _unknown(m: re.Match[str]) -> str | None:
+    """``"collective"`` or ``"datatype"`` when the call names one this module does not know."""
     if m.group("name") not in COLLECTIVES:
         return "collective"
-    if int(m.group("dtype")) not in DATATYPES:
-        return "datatype"
-    return _call(m, n, rank)
+    return "datatype" if int(m.group("dtype")) not in DATATYPES else None
+
+
+def read_call(n: int, line: str) -> CollCall | str | None:
+    """Line ``n``'s call; ``"collective"`` or ``"datatype"`` for a call line with an unknown
+    one; ``None`` for any other line."""
+    found = _match(line)
+    if found is None:
+        return None
+    m, rank = found
+    return _unknown(m) or _call(m, n, rank)
 
 
 def version_of(line: str) -> str | None:
@@ -202,29 +212,44 @@ class CollCounter:
         self.skipped: Counter[str] = Counter()
         self.version: str | None = None
         self.forgotten = 0
-        self._runs: dict[tuple, tuple[int, Counter[tuple]]] = {}  # emitter: (opCount, counts)
+        self._runs: dict[tuple, tuple[object, Counter[tuple]]] = {}  # emitter: opCount, counts
         self._most: dict[tuple, int] = {}  # call: the most lines one emitter's run logged
         self.sizes: dict[str, dict[int, Occurrences]] = defaultdict(dict)
         self.seen: dict[str, Occurrences] = defaultdict(Occurrences)  # per collective
 
     def feed(self, n: int, line: str) -> None:
-        """Read line ``n``: its version, and its call if it is a COLL line."""
-        self.version = self.version or version_of(line)
-        call = read_call(n, line)
-        if isinstance(call, CollCall):
-            self.add(call)
-        elif call:
-            self.skipped[call] += 1
+        """Read line ``n``: its version, and its call if it is a COLL line. The call is keyed
+        by the text of its fields; only a call counted is converted (:func:`_call`)."""
+        if "CCL version" in line:
+            self.version = self.version or version_of(line)
+        found = _match(line)
+        if found is None:
+            return
+        m, rank = found
+        if unknown := _unknown(m):
+            self.skipped[unknown] += 1
+            return
+        name, opcount, count, dtype, root, comm, nranks, grank, host, pid, dev = m.group(
+            "name", "opcount", "count", "dtype", "root", "comm", "nranks", "grank", "host",
+            "pid", "dev")
+        if self._count((host, pid, dev, grank or rank, comm),
+                       (name, opcount, nranks, count, dtype, root), opcount):
+            self._record(_call(m, n, rank))
 
     def add(self, call: CollCall) -> bool:
         """Count ``call``; True when it is a call not counted before (not another rank's line
         of one already counted)."""
+        if not self._count(_emitter(call), _op(call), call.opcount):
+            return False
+        self._record(call)
+        return True
+
+    def _count(self, emitter: tuple, op: tuple, opcount: object) -> bool:
         self.lines += 1
-        emitter, op = _emitter(call), _op(call)
-        opcount, counts = self._runs.get(emitter, (None, None))
-        if opcount != call.opcount or counts is None:
-            counts = Counter()
-            self._runs[emitter] = (call.opcount, counts)
+        run = self._runs.get(emitter)
+        if run is None or run[0] != opcount:
+            run = self._runs[emitter] = (opcount, Counter())
+        counts = run[1]
         counts[op] += 1
         if counts[op] <= self._most.get(op, 0):
             return False
@@ -232,11 +257,13 @@ class CollCounter:
             del self._most[next(iter(self._most))]
             self.forgotten += 1
         self._most[op] = counts[op]
+        return True
+
+    def _record(self, call: CollCall) -> None:
         self.calls += 1
         self.seen[call.collective].add(call.line)
         if call.bytes is not None:
             self.sizes[call.collective].setdefault(call.bytes, Occurrences()).add(call.line)
-        return True
 
     def message_sizes(self, share: float = 0.9, limit: int = 8) -> dict[str, list[SizeShare]]:
         """Per collective, the sizes that carry ``share`` of its bytes: the fewest, at most

@@ -55,7 +55,8 @@ _EVENTS = (  # (event, pattern); the first group is the path or value
 )
 _AFFINITY = re.compile(r"Setting affinity for GPU (\d+) to (\S+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
-_NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN)\b|^NCCL version \d")
+_NCCL_TAG = re.compile(r"NCCL (?:INFO|WARN)\b")  # after a non-word character: is_nccl_line
+_NCCL_START = re.compile(r"NCCL version \d")
 _TRANSPORT = re.compile(r"\bvia (NET/[\w-]+|P2P/[\w-]+|P2P\b|SHM|CollNet\w*)|"
                         r"\bUsing network ([\w ]+?)\s*$")
 _BROKEN = ("cannot_open", "wrong_version", "parse_error")
@@ -71,8 +72,18 @@ VIRTUAL = re.compile(r"^(?:lo|docker\d*|veth\w*|br-\w+|virbr\d+|cni\d*|flannel[.
 def sniff(text: str) -> bool:
     """NCCL INFO/WARN lines, COLL call lines whose prefix was cut, or an NCCL error that a
     framework raised (``NCCL error in: ... unhandled system error, NCCL version 2.7.8``)."""
-    return any(_NCCL_LINE.search(line) or nccl_coll.is_call_line(line)
+    return any(is_nccl_line(line) or nccl_coll.is_call_line(line)
                or nccl_warn.RAISED.search(line) for line in text.splitlines())
+
+
+def is_nccl_line(line: str) -> bool:
+    """An ``NCCL INFO`` or ``NCCL WARN`` line (the tag not inside a word), or one that starts
+    ``NCCL version N``. The tag is found by its literal text first, which is fast."""
+    for m in _NCCL_TAG.finditer(line):
+        at = m.start()
+        if not at or not (line[at - 1].isalnum() or line[at - 1] == "_"):
+            return True
+    return bool(_NCCL_START.match(line))
 
 
 class LogReader:
@@ -96,7 +107,7 @@ class LogReader:
             return
         if not self.version and "version" in line and (m := _VERSION.search(line)):
             self.version = m.group(1).rstrip(".,")
-        if not _NCCL_LINE.search(line):
+        if not is_nccl_line(line):
             return
         self.lines += 1
         self.warn += " NCCL WARN " in line
