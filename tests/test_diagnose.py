@@ -416,12 +416,21 @@ def test_nccl_tests_without_header_rows_read_by_shape_or_refused():
         diagnose_text(no_root, "n")
 
 
-def test_nccl_tests_a_second_footer_starts_another_run():
+def test_nccl_tests_a_second_footer_starts_another_run_and_equal_runs_fold():
+    """Rows after a footer are another run; runs of one test (same collective and sizes)
+    are one entry: busbw the mean per size, with the least and greatest beside it."""
     text = sample(RTX5090)
-    r = diagnose_text(text + "\n".join(text.splitlines()[13:]) + "\n", "twice")
-    assert [len(t["sizes"]) for t in r.summary["tests"]] == [8, 8]
-    assert all(not t["interleaved_lines"] for t in r.summary["tests"])
+    lines = text.splitlines()
+    again = "\n".join(lines[13:]).replace(" 2.73 ", " 1.73 ")  # the second run: slower at 128M
+    r = diagnose_text(text + again + "\n", "twice")
+    [test] = r.summary["tests"]
+    assert (test["runs"], len(test["sizes"]), test["run_lines"][0]) == (2, 8, 12)
+    assert not test["interleaved_lines"]
+    last = test["sizes"][-1]
+    assert (last["busbw"], last["busbw_min"], last["busbw_max"]) == (2.23, 1.73, 2.73)
     assert r.summary["ranks"] == 2 and r.summary["hosts"] == 1
+    single = diagnose_text(text, "once").summary["tests"][0]
+    assert "runs" not in single and "busbw_min" not in single["sizes"][-1]
 
 
 def test_compare_nccl_tests():

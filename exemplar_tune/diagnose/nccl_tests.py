@@ -27,12 +27,14 @@ from exemplar_tune.diagnose.base import (
     Report,
     cite,
     finding,
+    read_all,
 )
 from exemplar_tune.diagnose.nccl_tests_table import (
     AVG,
     DEFAULT_NAMES,
     OOB,
     UNITS,
+    TableReader,
     collective,
     header_names,
     parse_row,
@@ -136,75 +138,114 @@ def test_summary(test: dict[str, Any]) -> dict[str, Any]:
     return {"collective": test["collective"], "avg_busbw": test["avg_busbw"],
             "out_of_bounds": test["out_of_bounds"], "header": test["header"],
             "wrong_rows": len(wrong_rows(test)), "interleaved_lines": test["interleaved"],
-            "sizes": [{k: v for k, v in r.items() if k != "line"} for r in test["rows"]]}
+            "sizes": [{k: v for k, v in r.items() if k != "line"} for r in test["rows"]],
+            **{k: test[k] for k in ("runs", "run_lines") if k in test}}
 
 
-def _launched_ranks(text: str) -> int | None:
+def _launched_ranks(line: str) -> int | None:
     """``-np N`` of an ``mpirun``/``srun`` line that starts a ``*_perf`` binary, times its
     ``-g`` (GPUs per process) and ``-t`` (threads)."""
-    for line in text.splitlines():
-        if m := _LAUNCH.search(line):
-            per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", m["args"])) else 1
-                   for flag in ("g", "t")]
-            return int(m.group(1)) * per[0] * per[1]
+    if m := _LAUNCH.search(line):
+        per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", m["args"])) else 1
+               for flag in ("g", "t")]
+        return int(m.group(1)) * per[0] * per[1]
     return None
 
 
-def ranks_and_hosts(text: str, log: nccl_log.LogReader) -> dict[str, Any]:
-    """Ranks and hosts where the text shows them: the ``# Rank`` lines (hosts only when every
-    rank is listed; ``runs``: how many rank-0 lines, one per run), else NCCL INFO lines
-    (``nranks``, line prefixes), else the launcher command line; hosts also from the
-    launcher prefixes :mod:`normalize` removed."""
-    listed = [(int(m["rank"]), m["host"]) for line in text.splitlines()
-              if (m := _RANK.match(line))]
-    if listed:
-        count = max(r for r, _ in listed) + 1
-        complete = {r for r, _ in listed} == set(range(count))
-        return {"ranks": count, "hosts": len({h for _, h in listed}) if complete else None,
-                "runs": _runs(text)}
-    hosts = log.hosts or {s.split()[0] for s in getattr(text, "sources", ())
-                             if s and not s.startswith(("rank", "local"))}
-    nranks = [int(m.group(1)) for line in text.splitlines() if (m := _NRANKS.search(line))]
-    return {"ranks": max(nranks) if nranks else _launched_ranks(text),
-            "hosts": len(hosts) or None, "runs": _runs(text)}
+class RunFacts:
+    """Ranks, hosts and runs where the output shows them, gathered line by line: the ``#
+    Rank`` lines, the preambles, NCCL INFO ``nranks``, the launcher command line, and the
+    hosts of the launcher prefixes :mod:`normalize` removed."""
+
+    def __init__(self) -> None:
+        self.listed: dict[int, str] = {}  # rank: host, from the "# Rank" lines
+        self.preambles = self.zeros = 0
+        self.nranks: int | None = None
+        self.launched: int | None = None
+        self.source_hosts: set[str] = set()
+
+    def feed(self, line: str, source: str | None) -> None:
+        if source and not source.startswith(("rank", "local")):
+            self.source_hosts.add(source.split()[0])
+        if line.startswith("#"):
+            if m := _RANK.match(line):
+                self.listed.setdefault(int(m["rank"]), m["host"])
+                self.zeros += m["rank"] == "0"
+            self.preambles += bool(_PREAMBLE.match(line))
+        elif "nranks" in line and (m := _NRANKS.search(line)):
+            self.nranks = max(self.nranks or 0, int(m.group(1)))
+        elif self.launched is None and "_perf" in line:
+            self.launched = _launched_ranks(line)
+
+    @property
+    def runs(self) -> int | None:
+        """How many runs printed a preamble: ``# nThread`` lines or ``# Rank 0`` lines."""
+        return max(self.preambles, self.zeros) or None
+
+    def summary(self, log: nccl_log.LogReader) -> dict[str, Any]:
+        """``ranks``, ``hosts`` and ``runs``: from the ``# Rank`` lines (hosts only when every
+        rank is listed), else from NCCL INFO lines (``nranks``, line prefixes), else from the
+        launcher command line."""
+        if self.listed:
+            count = max(self.listed) + 1
+            complete = len(self.listed) == count
+            return {"ranks": count,
+                    "hosts": len(set(self.listed.values())) if complete else None,
+                    "runs": self.runs}
+        hosts = log.hosts or self.source_hosts
+        return {"ranks": self.nranks or self.launched, "hosts": len(hosts) or None,
+                "runs": self.runs}
 
 
-def _runs(text: str) -> int | None:
-    """How many runs printed a preamble: ``# nThread`` lines or ``# Rank 0`` lines."""
-    lines = text.splitlines()
-    preambles = sum(1 for line in lines if _PREAMBLE.match(line))
-    zeros = sum(1 for line in lines if (m := _RANK.match(line)) and m["rank"] == "0")
-    return max(preambles, zeros) or None
-
-
-def _no_rows(source: str, text: str, parsed: list[dict[str, Any]]) -> str:
-    if not parsed:
+def _no_rows(source: str, tables: int, runs: int | None) -> str:
+    if not tables:
         return (f"{source}: nccl-tests output without its column header ('#  size  count  type "
                 f"... busbw') and no row of the default {len(DEFAULT_NAMES)}-column layout: "
                 "the columns cannot be told apart")
-    runs = max(len(parsed), _runs(text) or 0)
-    if runs > 1:
-        return (f"{source}: nccl-tests output without result rows ({runs} runs interleaved: "
-                "each process ran its own test)")
+    if max(tables, runs or 0) > 1:
+        return (f"{source}: nccl-tests output without result rows ({max(tables, runs or 0)} "
+                "runs interleaved: each process ran its own test)")
     return f"{source}: nccl-tests output without result rows"
 
 
+class NcclTestsReader:
+    """An nccl-tests output read as a stream (:class:`~.base.LineReader`): its tables, runs
+    of one test folded (:class:`~.nccl_tests_table.Runs`), NCCL lines and failures."""
+
+    def __init__(self, source: str, expectations: dict[str, Any]) -> None:
+        self.source = source
+        self.expected = expected_busbw(expectations)
+        self.tables = TableReader(fold=True)
+        self.facts = RunFacts()
+        self.log = nccl_log.LogReader()
+        self.problems = nccl_warn.ProblemReader()
+
+    def feed(self, n: int, line: str, source: str | None, raw: str) -> None:
+        self.tables.feed(n, line)
+        self.facts.feed(line, source)
+        self.log.feed(n, line, source)
+        self.problems.feed(n, line, source)
+
+    def report(self, files: tuple[tuple[str, int], ...]) -> Report:
+        source = self.source
+        tests = [t for t in self.tables.tables() if t["rows"]]
+        if not tests:
+            raise DiagnoseError(_no_rows(source, self.tables.count, self.facts.runs))
+        problems = self.problems.problems()
+        findings = nccl_warn.judge_problems(source, problems)
+        findings += [f for t in tests for f in (*judge_interleaved(source, t),
+                                                judge_bandwidth(source, t, self.expected),
+                                                judge_wrong(source, t))]
+        summary = {"tests": [test_summary(t) for t in tests],
+                   **self.facts.summary(self.log), "nccl_version": self.log.version,
+                   "transports": sorted(self.log.transports),
+                   "problems": [p.to_dict() for p in problems]}
+        return Report(source, KIND, summary, findings)
+
+
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
-    parsed = parse_tests(text)
-    tests = [t for t in parsed if t["rows"]]
-    if not tests:
-        raise DiagnoseError(_no_rows(source, text, parsed))
-    expected = expected_busbw(expectations)
-    log = nccl_log.parse_log(text)
-    problems = nccl_warn.parse_problems(text)
-    findings = nccl_warn.judge_problems(source, problems)
-    findings += [f for t in tests for f in (*judge_interleaved(source, t),
-                                            judge_bandwidth(source, t, expected),
-                                            judge_wrong(source, t))]
-    summary = {"tests": [test_summary(t) for t in tests], **ranks_and_hosts(text, log),
-               "nccl_version": log.version, "transports": sorted(log.transports),
-               "problems": [p.to_dict() for p in problems]}
-    return Report(source, KIND, summary, findings)
+    """The report of a whole output (:class:`NcclTestsReader` fed every line)."""
+    return read_all(NcclTestsReader(source, expectations), text)
 
 
 def compare_nccl_tests(report_a: Report, report_b: Report) -> dict[str, Any]:
@@ -277,4 +318,4 @@ def _same_request(sizes: Iterable[int], size: int) -> int | None:
     return min(above) if above else None
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze)
+ANALYZER = Analyzer(KIND, sniff, analyze, NcclTestsReader)

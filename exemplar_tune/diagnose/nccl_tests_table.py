@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from exemplar_tune.diagnose.base import numbered, to_float
+from exemplar_tune.diagnose.base import KEEP_LINES, numbered, to_float
 
 DEFAULT_NAMES = ["size", "count", "type", "redop", "root",
                  "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"]
@@ -166,29 +166,123 @@ def parse_tests(text: str) -> list[dict[str, Any]]:
     """One entry per table: ``collective``, ``line``, ``rows`` (each with its ``line``),
     ``avg_busbw``, ``out_of_bounds``, ``header`` (``False``: columns read by shape) and
     ``interleaved`` (the lines where the size went back or repeated)."""
-    tests: list[dict[str, Any]] = []
-    name, names, open_table = "", None, False
+    reader = TableReader()
     for n, line in numbered(text):
-        if m := NAME.search(line):
-            name = collective(m.group(1) or m.group(2))
-            if tests and "concluded" in line:
-                tests[-1]["collective"] = name
+        reader.feed(n, line)
+    return reader.tables()
+
+
+class TableReader:
+    """:func:`parse_tests` fed one line at a time. With ``fold``, a table is folded, once the
+    next one starts or the input ends, into the :class:`Runs` of the tables with its
+    collective and sizes: memory per distinct table, not per run."""
+
+    def __init__(self, fold: bool = False) -> None:
+        self.fold = fold
+        self.tests: list[dict[str, Any]] = []  # every table; when folding, the open one only
+        self.runs: dict[tuple, Runs] = {}
+        self.count = 0  # tables seen, with rows or not
+        self._name = ""
+        self._names: list[str] | None = None
+        self._open = False
+
+    def feed(self, n: int, line: str) -> None:
+        if ("_perf" in line or "Collective test" in line) and (m := NAME.search(line)):
+            self._name = collective(m.group(1) or m.group(2))
+            if self.tests and "concluded" in line:
+                self.tests[-1]["collective"] = self._name
+        if not line.startswith("#") and not line[:1].isspace() and not line[:1].isdigit():
+            return  # neither a header, a footer nor a row
         if header := header_names(line):
-            names, open_table = header, True
-            tests.append(_table(name, n, True))
-        elif row := _row_of(names, line):
-            if not open_table:
-                tests.append(_table(name, n, names is not None))
-                open_table = True
-            tests[-1]["rows"].append({**row, "line": n})
-        elif tests and (m := AVG.match(line)):
-            tests[-1]["avg_busbw"] = float(m.group(1))
-            open_table = False
-        elif tests and (m := OOB.match(line)):
-            tests[-1]["out_of_bounds"] = int(m.group(1))
-    for test in tests:
-        test["interleaved"] = went_back(test["rows"])
-    return tests
+            self._names, self._open = header, True
+            self._start(_table(self._name, n, True))
+        elif row := _row_of(self._names, line):
+            if not self._open:
+                self._start(_table(self._name, n, self._names is not None))
+                self._open = True
+            self.tests[-1]["rows"].append({**row, "line": n})
+        elif self.tests and (m := AVG.match(line)):
+            self.tests[-1]["avg_busbw"] = float(m.group(1))
+            self._open = False
+        elif self.tests and (m := OOB.match(line)):
+            self.tests[-1]["out_of_bounds"] = int(m.group(1))
+
+    def _start(self, table: dict[str, Any]) -> None:
+        self.count += 1
+        if self.fold and self.tests:
+            self._fold(self.tests.pop())
+        self.tests.append(table)
+
+    def _fold(self, table: dict[str, Any]) -> None:
+        table["interleaved"] = went_back(table["rows"])
+        key = (table["collective"], table["header"], tuple(r["size"] for r in table["rows"]))
+        if key in self.runs:
+            self.runs[key].add(table)
+        else:
+            self.runs[key] = Runs(table)
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Every table read (folding: one per distinct table, its runs folded), in order."""
+        if not self.fold:
+            for test in self.tests:
+                test["interleaved"] = went_back(test["rows"])
+            return self.tests
+        while self.tests:
+            self._fold(self.tests.pop())
+        return [runs.table() for runs in self.runs.values()]
+
+
+def _either(a: bool | None, b: bool | None) -> bool | None:
+    """Wrong when either run was; ``None`` only when neither was validated."""
+    return b if a is None else a if b is None else a or b
+
+
+class Runs:
+    """Tables of one collective with the same sizes (runs of one test), folded: the first as
+    read, and per row the mean, least and greatest busbw and whether any run was wrong."""
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        self.first = table
+        self.count = 1
+        self.lines = [table["line"]]
+        self.busbw = [[r["busbw"] or 0.0] * 3 for r in table["rows"]]  # sum, least, most
+        self.wrong = [r["wrong_result"] for r in table["rows"]]
+        self.avg = [table["avg_busbw"]] if table["avg_busbw"] is not None else []
+        self.avg_sum, self.avg_runs = sum(self.avg), len(self.avg)
+        self.out_of_bounds = table["out_of_bounds"]
+        self.interleaved = list(table["interleaved"])
+
+    def add(self, table: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.lines) < KEEP_LINES:
+            self.lines.append(table["line"])
+        for stats, row in zip(self.busbw, table["rows"], strict=True):
+            value = row["busbw"] or 0.0
+            stats[0] += value
+            stats[1], stats[2] = min(stats[1], value), max(stats[2], value)
+        self.wrong = [_either(a, row["wrong_result"])
+                      for a, row in zip(self.wrong, table["rows"], strict=True)]
+        if table["avg_busbw"] is not None:
+            self.avg_sum, self.avg_runs = self.avg_sum + table["avg_busbw"], self.avg_runs + 1
+        if table["out_of_bounds"] is not None:
+            self.out_of_bounds = (self.out_of_bounds or 0) + table["out_of_bounds"]
+        self.interleaved += table["interleaved"][:max(0, KEEP_LINES - len(self.interleaved))]
+
+    def table(self) -> dict[str, Any]:
+        """The first table, or with several runs: each row's busbw the mean over the runs
+        (``busbw_min``, ``busbw_max`` beside it), wrong when any run was, ``runs`` and
+        ``run_lines`` added."""
+        if self.count == 1:
+            return self.first
+        rows = []
+        for row, (total, least, most), wrong in zip(self.first["rows"], self.busbw, self.wrong,
+                                                    strict=True):
+            rows.append({**row, "busbw": round(total / self.count, 3), "busbw_min": least,
+                         "busbw_max": most, "wrong_result": wrong})
+        avg = round(self.avg_sum / self.avg_runs, 3) if self.avg_runs else None
+        return {**self.first, "rows": rows, "avg_busbw": avg, "runs": self.count,
+                "run_lines": self.lines, "out_of_bounds": self.out_of_bounds,
+                "interleaved": self.interleaved}
 
 
 def wrong_rows(test: dict[str, Any]) -> list[dict[str, Any]]:
