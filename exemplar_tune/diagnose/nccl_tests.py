@@ -168,10 +168,11 @@ class RunFacts:
         if source and not source.startswith(("rank", "local")):
             self.source_hosts.add(source.split()[0])
         if line.startswith("#"):
-            if m := _RANK.match(line):
+            if "Rank" in line and (m := _RANK.match(line)):
                 self.listed.setdefault(int(m["rank"]), m["host"])
                 self.zeros += m["rank"] == "0"
-            self.preambles += bool(_PREAMBLE.match(line))
+            elif "nThread" in line:
+                self.preambles += bool(_PREAMBLE.match(line))
         elif "nranks" in line and (m := _NRANKS.search(line)):
             self.nranks = max(self.nranks or 0, int(m.group(1)))
         elif self.launched is None and "_perf" in line:

@@ -191,21 +191,20 @@ class TableReader:
             self._name = collective(m.group(1) or m.group(2))
             if self.tests and "concluded" in line:
                 self.tests[-1]["collective"] = self._name
-        if not line.startswith("#") and not line[:1].isspace() and not line[:1].isdigit():
-            return  # neither a header, a footer nor a row
-        if header := header_names(line):
-            self._names, self._open = header, True
-            self._start(_table(self._name, n, True))
-        elif row := _row_of(self._names, line):
+        if line.startswith("#"):  # a header or a footer
+            if "busbw" in line and (header := header_names(line)):
+                self._names, self._open = header, True
+                self._start(_table(self._name, n, True))
+            elif self.tests and "Avg bus" in line and (m := AVG.match(line)):
+                self.tests[-1]["avg_busbw"] = float(m.group(1))
+                self._open = False
+            elif self.tests and "Out of bounds" in line and (m := OOB.match(line)):
+                self.tests[-1]["out_of_bounds"] = int(m.group(1))
+        elif (line[:1].isspace() or line[:1].isdigit()) and (row := _row_of(self._names, line)):
             if not self._open:
                 self._start(_table(self._name, n, self._names is not None))
                 self._open = True
             self.tests[-1]["rows"].append({**row, "line": n})
-        elif self.tests and (m := AVG.match(line)):
-            self.tests[-1]["avg_busbw"] = float(m.group(1))
-            self._open = False
-        elif self.tests and (m := OOB.match(line)):
-            self.tests[-1]["out_of_bounds"] = int(m.group(1))
 
     def _start(self, table: dict[str, Any]) -> None:
         self.count += 1

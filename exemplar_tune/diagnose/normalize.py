@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
                    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Za-z0-9]|[=>])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_NOISE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters, CR and ESC among them
 
 # (kind, pattern, rank group, host group); tried at the line start until none matches
 _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
@@ -116,7 +117,8 @@ class LineCleaner:
     def clean(self, line: str) -> tuple[str, str | None]:
         """``line`` without terminal noise, prefixes and the shared indentation; its source."""
         text, kinds, source = _strip(_terminal(line, self.noise), self.skip)
-        self.stripped.update(set(kinds) if len(kinds) > 1 else kinds)
+        if kinds:
+            self.stripped.update(set(kinds) if len(kinds) > 1 else kinds)
         if self.indent:
             if not text.strip():
                 text = ""
@@ -160,6 +162,8 @@ def clean_line(line: str) -> tuple[str, str | None]:
 
 
 def _terminal(line: str, noise: Counter[str]) -> str:
+    if not _NOISE.search(line):  # most lines: one search rules out every kind of noise
+        return line
     if line.endswith("\r"):
         line = line[:-1]
         noise["crlf"] += 1
@@ -204,6 +208,8 @@ def _strip(line: str, skip: frozenset[str]) -> tuple[str, list[str], str | None]
             rank = rank or match.group(rank_group + suffix)
         host = host or (match.group(host_group + suffix) if host_group else None)
         line, kinds = line[match.end():], [*kinds, kind]
+    if not kinds:
+        return line, kinds, None
     source = " ".join(p for p in (host, rank and f"rank {rank}", local and f"local rank {local}")
                       if p)
     return line, kinds, source or None

@@ -74,11 +74,11 @@ class LineStream:
         final ``\\n`` is followed by an empty line); the byte bound checked on the way."""
         ended = True
         for line in lines:
-            text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
-            self.read += len(line) + (not text.endswith("\n"))
+            self.read += len(line)
             if self.read > self.max_bytes:
                 raise UserError(f"{self.what} holds more than {_size(self.max_bytes)}; "
                                 "--max-input raises the bound")
+            text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
             ended = text.endswith("\n")
             yield text[:-1] if ended else text
         if ended:
