@@ -56,9 +56,7 @@ def rank_series(lines: list[Line]) -> dict[str, Series]:
     if len(sources) < 2:  # one rank: nothing to compare, nothing read twice
         return {}
     out = {}
-    for source in sources[:MAX_RANKS]:
-        mine = [line if line.source == source else Line(line.n, "", "", None)
-                for line in lines]
+    for source, mine in _by_source(lines, set(sources[:MAX_RANKS])).items():
         try:
             series = read_lines(mine)
         except NoTiming:
@@ -66,6 +64,19 @@ def rank_series(lines: list[Line]) -> dict[str, Series]:
         if not series.rate and series.samples:
             out[source] = series
     return out
+
+
+def _by_source(lines: list[Line], sources: set[str]) -> dict[str, list[Line]]:
+    """Each source's lines, in order, with an empty line where other lines stood between two
+    of its own (a record is never joined across another source's line)."""
+    out: dict[str, list[Line]] = {}
+    for line in lines:
+        if line.source in sources:
+            own = out.setdefault(line.source, [])
+            if own and line.n != own[-1].n + 1:
+                own.append(Line(line.n - 1, "", "", None))
+            own.append(line)
+    return dict(sorted(out.items()))
 
 
 def verdicts(series: dict[str, Series]) -> tuple[list[RankVerdict], int, float]:

@@ -92,6 +92,25 @@ _MARKERS = (  # (a literal that must be there, the family's mark): the literal i
 )
 _BAR_ELAPSED = re.compile(r"\[(?:\d+:)?\d+:\d\d[<,]")  # the fast gate for progress bars
 _TRAINING_BAR = re.compile(r"\bloss\b|\bEpoch\b|\btrain", re.IGNORECASE)
+_BAR_TIME = re.compile(r"\[(?:\d+:)?\d+:\d\d")  # a bar's elapsed time: gates _BAR
+_SETTINGS = re.compile(r"log[_-]interval|seq_len|local_batch_size")
+_WORK = re.compile(r"valid|evaluat|profiler|checkpoint", re.IGNORECASE)  # gates events()
+
+
+def wanted(text: str, raw: str) -> bool:
+    """Whether a family could use this line (cleaned ``text``, as written ``raw``): a record
+    of any family, a progress bar, a number alone, a setting a reader takes (log interval,
+    sequence length, batch size) or non-training work logged (:func:`~.steplog.events`).
+    Lines around a Megatron record and the first line of anything else are the caller's to
+    keep (:class:`~.steptime.StepReader`)."""
+    return (any(literal in text for literal, _ in _MARKERS) or "iteration" in text
+            or ("[" in raw and bool(_BAR_TIME.search(raw))) or bool(_PLAIN.match(text))
+            or bool(_SETTINGS.search(text)) or bool(_WORK.search(text)))
+
+
+def wraps(text: str) -> bool:
+    """A Megatron record whose fields may go on over the next lines (hard-wrapped)."""
+    return bool(_MEG_ITER.search(text)) and not text.rstrip().endswith("|")
 
 
 def read_series(text: str) -> Series:
@@ -163,7 +182,7 @@ def _megatron_lines(lines: list[Line]) -> list[tuple[Line, str]]:
         if i < skip:
             continue
         text = line.text
-        if _MEG_ITER.search(text) and not text.rstrip().endswith("|"):
+        if wraps(text):
             tail = []
             for nxt in lines[i + 1:i + 3]:
                 if _MEG_ITER.search(nxt.text) or not nxt.text.strip():

@@ -60,9 +60,16 @@ from exemplar_tune.diagnose.base import (
     Report,
     cite,
     finding,
+    read_all,
 )
-from exemplar_tune.diagnose.steplog import NoTiming, Sample, Series, lines_of
-from exemplar_tune.diagnose.steplog_formats import read_lines, read_series, recognised
+from exemplar_tune.diagnose.steplog import Line, NoTiming, Sample, Series
+from exemplar_tune.diagnose.steplog_formats import (
+    read_lines,
+    read_series,
+    recognised,
+    wanted,
+    wraps,
+)
 
 KIND = "step-time"
 CHECK_STALLS = "cpu.housekeeping-overlap"
@@ -321,9 +328,43 @@ def _accumulation(judged: list[Sample], cl: dict[str, Any]) -> str:
 
 # --- reports -------------------------------------------------------------------------------
 
+class StepReader:
+    """A step-time log read as a stream (:class:`~.base.LineReader`): it keeps the lines a
+    family could use (:func:`~.steplog_formats.wanted`), the two after a Megatron record that
+    may wrap, and the first other written line (a column of numbers is one only without it);
+    the series are read from those when the report is asked for. What it holds grows with the
+    steps logged, not with the other lines."""
+
+    def __init__(self, source: str, expectations: dict[str, Any]) -> None:
+        self.source, self.expectations = source, expectations
+        self.lines: list[Line] = []
+        self._follow = 0
+        self._other = False
+
+    def feed(self, n: int, line: str, source: str | None, raw: str) -> None:
+        if wanted(line, raw):
+            self._follow = 2 if wraps(line) else max(self._follow - 1, 0)
+        elif self._follow:
+            self._follow -= 1
+        elif self._other or not line.strip() or line.lstrip().startswith("#"):
+            return
+        else:
+            self._other = True
+        self.lines.append(Line(n, line, raw, source))
+
+    def report(self, files: tuple[tuple[str, int], ...]) -> Report:
+        return report_of(self.lines, self.source, self.expectations, files)
+
+
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
-    """The step-time report of a log; ``DiagnoseError`` (one line) when it cannot be made."""
-    lines = lines_of(text)  # split once: the job's series and each rank's come from it
+    """The step-time report of a whole log (:class:`StepReader` fed every line)."""
+    return read_all(StepReader(source, expectations), text)
+
+
+def report_of(lines: list[Line], source: str, expectations: dict[str, Any],
+              files: tuple[tuple[str, int], ...] = ()) -> Report:
+    """The step-time report of a log's ``lines`` (those a family can use, in order);
+    ``DiagnoseError`` (one line) when it cannot be made."""
     try:
         series = read_lines(lines)
     except NoTiming as exc:
@@ -340,7 +381,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         report = _rate_report(series, source, head)
     else:
         report = _time_report(series, source, head, expectations)
-    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines), getattr(text, "files", ()))
+    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines), files)
     return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
@@ -443,4 +484,4 @@ def _trend(values: list[float]) -> str | None:
     return "falls" if all(b < a for a, b in pairs) else None
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze)
+ANALYZER = Analyzer(KIND, sniff, analyze, StepReader)
