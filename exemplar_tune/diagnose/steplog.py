@@ -28,12 +28,14 @@ _NON_TRAINING = (  # work that lands in a wall-clock interval without being a tr
     ("checkpoint save", re.compile(r"\bsav(?:ing|ed) (?:the )?checkpoint\b", re.IGNORECASE)),
 )
 
+_ANY_WORK = re.compile(r"valid|evaluat|profiler|checkpoint", re.IGNORECASE)  # gates the above
+
 
 class NoTiming(DiagnoseError):
     """A step-time log whose timing cannot be read; ``str()`` is the reason, without a file."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Line:
     """One line: its number (1-based), clean text, text as given and the source it came from."""
 
@@ -43,7 +45,7 @@ class Line:
     source: str | None
 
 
-@dataclass
+@dataclass(slots=True)
 class Sample:
     """One sample: milliseconds per iteration (or a rate, in a rate series' unit)."""
 
@@ -107,9 +109,15 @@ def stamp(line: Line) -> float | None:
     return seconds + (float(f"0.{m.group(3)}") if m.group(3) else 0.0)
 
 
+def is_work(text: str) -> bool:
+    """Whether a line may log non-training work (a gate: :func:`events` tells which)."""
+    return bool(_ANY_WORK.search(text))
+
+
 def events(lines: list[Line]) -> list[tuple[int, str]]:
     """Lines that log non-training work (evaluation, profiler dump, checkpoint save)."""
-    return [(ln.n, why) for ln in lines for why, rx in _NON_TRAINING if rx.search(ln.text)]
+    return [(ln.n, why) for ln in lines if is_work(ln.text)
+            for why, rx in _NON_TRAINING if rx.search(ln.text)]
 
 
 def one_source(records: list[Record]) -> tuple[list[Record], str]:

@@ -43,6 +43,7 @@ from exemplar_tune.diagnose.steplog import (
     Series,
     dedupe,
     events,
+    is_work,
     line_range,
     lines_of,
     longest_run,
@@ -94,7 +95,6 @@ _BAR_ELAPSED = re.compile(r"\[(?:\d+:)?\d+:\d\d[<,]")  # the fast gate for progr
 _TRAINING_BAR = re.compile(r"\bloss\b|\bEpoch\b|\btrain", re.IGNORECASE)
 _BAR_TIME = re.compile(r"\[(?:\d+:)?\d+:\d\d")  # a bar's elapsed time: gates _BAR
 _SETTINGS = re.compile(r"log[_-]interval|seq_len|local_batch_size")
-_WORK = re.compile(r"valid|evaluat|profiler|checkpoint", re.IGNORECASE)  # gates events()
 
 
 def wanted(text: str, raw: str) -> bool:
@@ -103,9 +103,10 @@ def wanted(text: str, raw: str) -> bool:
     sequence length, batch size) or non-training work logged (:func:`~.steplog.events`).
     Lines around a Megatron record and the first line of anything else are the caller's to
     keep (:class:`~.steptime.StepReader`)."""
-    return (any(literal in text for literal, _ in _MARKERS) or "iteration" in text
+    return (any(literal in text for literal, _ in _MARKERS)
+            or ("iteration" in text and bool(_MEG_ITER.search(text)))
             or ("[" in raw and bool(_BAR_TIME.search(raw))) or bool(_PLAIN.match(text))
-            or bool(_SETTINGS.search(text)) or bool(_WORK.search(text)))
+            or bool(_SETTINGS.search(text)) or is_work(text))
 
 
 def wraps(text: str) -> bool:
@@ -221,7 +222,7 @@ def read_megatron(lines: list[Line]) -> Series | None:
 def _log_interval(lines: list[Line], iterations: list[int]) -> int:
     """``--log-interval`` from the arguments dump, else the usual step between iterations."""
     for line in lines:
-        m = _MEG_INTERVAL.search(line.text)
+        m = _MEG_INTERVAL.search(line.text) if "interval" in line.text else None
         if m and int(m.group(1)) > 0:
             return int(m.group(1))
     gaps = [b - a for a, b in zip(iterations, iterations[1:], strict=False) if b > a]
