@@ -94,7 +94,8 @@ _MARKERS = (  # (a literal that must be there, the family's mark): the literal i
 _BAR_ELAPSED = re.compile(r"\[(?:\d+:)?\d+:\d\d[<,]")  # the fast gate for progress bars
 _TRAINING_BAR = re.compile(r"\bloss\b|\bEpoch\b|\btrain", re.IGNORECASE)
 _BAR_TIME = re.compile(r"\[(?:\d+:)?\d+:\d\d")  # a bar's elapsed time: gates _BAR
-_SETTINGS = re.compile(r"log[_-]interval|seq_len|local_batch_size")
+# the literals of the family marks, and of the settings readers take (interval, seq_len ...)
+_LITERALS = (*(literal for literal, _ in _MARKERS), "interval", "seq_len", "local_batch_size")
 
 
 def wanted(text: str, raw: str) -> bool:
@@ -102,11 +103,12 @@ def wanted(text: str, raw: str) -> bool:
     of any family, a progress bar, a number alone, a setting a reader takes (log interval,
     sequence length, batch size) or non-training work logged (:func:`~.steplog.events`).
     Lines around a Megatron record and the first line of anything else are the caller's to
-    keep (:class:`~.steptime.StepReader`)."""
-    return (any(literal in text for literal, _ in _MARKERS)
+    keep (:class:`~.steptime.StepReader`). Literals are tried before patterns: it is a gate,
+    read once per line of the log."""
+    return (any(literal in text for literal in _LITERALS)
             or ("iteration" in text and bool(_MEG_ITER.search(text)))
             or ("[" in raw and bool(_BAR_TIME.search(raw))) or bool(_PLAIN.match(text))
-            or bool(_SETTINGS.search(text)) or is_work(text))
+            or is_work(text))
 
 
 def wraps(text: str) -> bool:
