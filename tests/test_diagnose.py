@@ -577,7 +577,7 @@ def test_endless_input_is_refused_in_bounded_memory():
                              "--max-input 8M", shell=True, capture_output=True, text=True,
                              env=cli_env(), check=False, timeout=120)
     assert endless.returncode == 2 and endless.stderr.count("\n") == 1
-    assert "standard input holds more than 8 MiB; --max-input raises the bound" in endless.stderr
+    assert "standard input: more than 8 MiB to read; --max-input raises the bound" in endless.stderr
 
 
 def test_malformed_known_format_is_diagnose_error():

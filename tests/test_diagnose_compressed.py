@@ -105,8 +105,8 @@ def test_a_bomb_is_read_as_a_stream_and_refused_by_its_first_window(tmp_path, ki
     log = CAPTURES[1].read_bytes() * 200
     packed.write_bytes(gzip.compress(log, 1) if kind == "gz" else zstd(log))
     assert diagnose_paths([str(packed)], max_bytes=len(log) - 1) == (
-        [], [f"capture {packed} holds more than {(len(log) - 1) >> 20} MiB; --max-input "
-             "raises the bound"])
+        [], [f"capture {packed}: more than {(len(log) - 1) / 2**20:.4g} MiB to read; "
+             "--max-input raises the bound"])
     (report,), [] = diagnose_paths([str(packed)], max_bytes=len(log))
     assert report.kind == "nccl-log"
 

@@ -110,7 +110,8 @@ def diagnose_stream(stream: LineStream, source: str,
         raise DiagnoseError(f"{source}: binary content, not a text capture ({KINDS_TEXT})")
     analyzer = detect(head)
     if analyzer is None:
-        raise DiagnoseError(f"{source}: not a recognised format ({KINDS_TEXT})")
+        where = f" in its first {DETECT_WINDOW >> 20} MiB" if size >= DETECT_WINDOW else ""
+        raise DiagnoseError(f"{source}: not a recognised format{where} ({KINDS_TEXT})")
     try:
         if analyzer.reader is not None:
             reader = analyzer.reader(source, dict(expectations or {}))

@@ -36,7 +36,7 @@ MIN_REL = 0.02
 REPEAT = 0.5
 MIN_BEHIND = 3
 MAX_HIDDEN = 0.10  # a rank this much slower could hide in the ranks' disagreement: cannot tell
-MAX_RANKS = 256  # ranks read one by one; more is the scale issue's streaming reader
+MAX_RANKS = 4096  # ranks compared; each one's series is read from its own lines
 
 
 @dataclass(frozen=True)
