@@ -12,10 +12,10 @@ turn, ``--repeat`` interleaved rounds, median kept:
 * ``exemplar-tune diagnose FILE --format json`` - with its peak RSS (``wait4``) and the size
   of the JSON it wrote.
 
-Inputs over diagnose's input limit are reported as refused (the limit is what streaming must
-lift). Progress goes to stderr, the table to stdout.
+A diagnose run that exits 2 (the input refused) is reported as such. Progress goes to stderr,
+the table to stdout.
 
-    python bench/diagnose_scale.py                          # 10 and 60 MiB, 1 round
+    python bench/diagnose_scale.py                          # 10 and 100 MiB, 1 round
     python bench/diagnose_scale.py --sizes 10,100,1024 --repeat 3 --kinds nccl-log
 """
 
@@ -87,7 +87,7 @@ def measure(path: Path, pattern: str, json_out: Path) -> dict[str, tuple[float, 
 def main() -> None:
     """Parse arguments, build the inputs, run the rounds and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10,60", help="MiB, comma-separated (10,60)")
+    parser.add_argument("--sizes", default="10,100", help="MiB, comma-separated (10,100)")
     parser.add_argument("--kinds", default=",".join(LOGS),
                         help=f"comma-separated, of {', '.join(LOGS)}")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds")
@@ -118,7 +118,7 @@ def main() -> None:
                         else None
                     refused = reader == "diagnose" and status == 2
                     print(f"| {kind} | {mib} | {reader} | {wall:.2f} | "
-                          + ("refused (input limit) | | " if refused else
+                          + ("refused (exit 2) | | " if refused else
                              f"{mib / wall:.1f} | {wall / floor:.0f} | ")
                           + f"{peak:.0f} | {size if size is not None else ''} |", flush=True)
                 path.unlink()

@@ -21,7 +21,7 @@ from exemplar_tune.diagnose import (
     diagnose_paths,
     diagnose_text,
 )
-from exemplar_tune.diagnose.stream import LineStream
+from exemplar_tune.diagnose.stream import LineStream, size_text
 from tests.corpus import REALWORLD
 from tests.helpers import cli_env
 
@@ -169,3 +169,17 @@ def test_max_input_bounds_a_job_and_is_validated(tmp_path):
                           "--max-input", "lots"], capture_output=True, text=True,
                          env=cli_env(), check=False)
     assert bad.returncode == 2 and "--max-input: 'lots' is not a size" in bad.stderr
+
+
+def test_a_format_read_whole_is_bounded_and_the_bound_can_be_raised(tmp_path):
+    """turbostat is read whole: past the bound it is one line naming --max-input, and with
+    the bound raised the same file reads."""
+    capture = next((REALWORLD / "turbostat").glob("*.txt"))
+    path = tmp_path / "turbostat.txt"
+    path.write_bytes(capture.read_bytes())
+    limit = capture.stat().st_size // 2
+    assert diagnose_paths([str(path)], whole_bytes=limit) == ([], [
+        f"turbostat captures are read whole, and this one holds more than {size_text(limit)}: "
+        "give the part that matters, or raise --max-input to read it (it is held in memory)"])
+    (report,), [] = diagnose_paths([str(path)], whole_bytes=2 * limit + 2)
+    assert report.kind == "turbostat"

@@ -8,12 +8,14 @@ import sys
 
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.diagnose import (
+    MAX_READ,
     DiagnoseError,
     compare_reports,
     diagnose_job,
     diagnose_paths,
 )
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
+from exemplar_tune.inputs import MAX_INPUT
 from exemplar_tune.sim.fabric import parse_size
 
 
@@ -59,10 +61,11 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", action="store_true",
                      help="the files (or directories of files) are one job's logs, one per "
                      "rank or host: one report, each line named by its file")
-    cmd.add_argument("--max-input", type=_size, default="64G", metavar="SIZE",
+    cmd.add_argument("--max-input", type=_size, metavar="SIZE",
                      help="read at most this much (expanded) per file, or in all with --ranks "
-                     "(K, M or G; default: %(default)s); logs are read as streams, so this "
-                     "bounds the time a run takes, not its memory")
+                     f"(K, M or G; default: {MAX_READ >> 30}G, and {MAX_INPUT >> 20}M of a "
+                     "format read whole); logs are read as streams, so this bounds the time "
+                     "a run takes, not its memory")
     cmd.add_argument("--compare", action="store_true",
                      help="with two nccl-tests files: busbw ratio per size (second / first); "
                      "with two nsys reports: mean NCCL kernel time per collective")
@@ -79,17 +82,22 @@ def _size(text: str) -> int:
     return size
 
 
+def _bounds(args: argparse.Namespace) -> tuple[int, int]:
+    """Bytes read at most as a stream, and of a format read whole: ``--max-input`` sets both."""
+    return args.max_input or MAX_READ, args.max_input or MAX_INPUT
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """``exemplar-tune diagnose``."""
     if args.ranks and args.compare:
         raise UserError("--ranks reads one job's files together; --compare takes two reports")
     if args.ranks:
         try:
-            reports, errors = [diagnose_job(args.files, args.max_input)], []
+            reports, errors = [diagnose_job(args.files, *_bounds(args))], []
         except DiagnoseError as exc:
             raise UserError(str(exc)) from None
     else:
-        reports, errors = diagnose_paths(args.files, max_bytes=args.max_input)
+        reports, errors = diagnose_paths(args.files, None, *_bounds(args))
     if not reports:
         raise UserError(errors[0] if len(errors) == 1 else
                         f"none of the {len(errors)} files could be read: {'; '.join(errors)}")

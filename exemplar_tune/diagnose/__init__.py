@@ -41,7 +41,7 @@ from exemplar_tune.diagnose.base import (
 from exemplar_tune.diagnose.nccl_tests import compare_nccl_tests
 from exemplar_tune.diagnose.normalize import CleanText, natural, strip_ansi
 from exemplar_tune.diagnose.nsys_judge import compare_nsys
-from exemplar_tune.diagnose.stream import LineStream
+from exemplar_tune.diagnose.stream import LineStream, size_text
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import MAX_INPUT
 
@@ -88,7 +88,8 @@ def diagnose_text(text: str, source: str, expectations: dict[str, Any] | None = 
 
 
 def diagnose_stream(stream: LineStream, source: str,
-                    expectations: dict[str, Any] | None = None) -> Report:
+                    expectations: dict[str, Any] | None = None,
+                    whole_bytes: int = MAX_INPUT) -> Report:
     """The report of every line of ``stream``; ``DiagnoseError`` when it cannot be made.
 
     The lines are cleaned as they are read (:class:`~.stream.LineStream`: launcher and log
@@ -96,7 +97,7 @@ def diagnose_stream(stream: LineStream, source: str,
     The format is recognised on the first :data:`DETECT_WINDOW` bytes. A format read as a
     stream (``Analyzer.reader``: NCCL logs, nccl-tests, step-time logs) is then fed every line
     and holds state per rank, host and finding; any other is read whole, up to
-    :data:`~exemplar_tune.inputs.MAX_INPUT` bytes (``UserError`` past that).
+    ``whole_bytes`` (``UserError`` past that).
     """
     lines = iter(stream)
     window, size = [], 0
@@ -119,8 +120,8 @@ def diagnose_stream(stream: LineStream, source: str,
                 reader.feed(n, line, origin, raw)
             report = reader.report(tuple(stream.files))
         else:
-            report = analyzer.analyze(_whole(stream, window, lines, analyzer.kind), source,
-                                      dict(expectations or {}))
+            report = analyzer.analyze(_whole(stream, window, lines, analyzer.kind,
+                                             whole_bytes), source, dict(expectations or {}))
     except DiagnoseError:
         raise
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
@@ -131,24 +132,28 @@ def diagnose_stream(stream: LineStream, source: str,
     return report
 
 
-def _whole(stream: LineStream, window: list, lines: Iterator, kind: str) -> CleanText:
-    """The whole text of a format that is not read as a stream, at most ``MAX_INPUT`` bytes."""
-    size = sum(len(raw) + 1 for *_, raw in window)
-    for line in lines:
-        window.append(line)
-        size += len(line[3]) + 1
-        if size > MAX_INPUT:
+def _whole(stream: LineStream, window: list, lines: Iterator, kind: str,
+           limit: int) -> CleanText:
+    """The whole text of a format that is not read as a stream, at most ``limit`` bytes."""
+    size = sum(len(raw) + 1 for *_, raw in window) - 1  # the last line has no newline
+    for line in chain([None], lines):
+        if line is not None:
+            window.append(line)
+            size += len(line[3]) + 1
+        if size > limit:
             raise UserError(f"{kind} captures are read whole, and this one holds more than "
-                            f"{MAX_INPUT >> 20} MiB: give the part that matters")
+                            f"{size_text(limit)}: give the part that matters, or raise "
+                            "--max-input to read it (it is held in memory)")
     return stream.text(window)
 
 
 def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None,
-                   max_bytes: int = MAX_READ) -> tuple[list[Report], list[str]]:
+                   max_bytes: int = MAX_READ, whole_bytes: int = MAX_INPUT
+                   ) -> tuple[list[Report], list[str]]:
     """Read and diagnose each file: the reports of the files that could be read, and one line
-    per file that could not (unreadable, empty, binary, unknown or malformed, or more than
-    ``max_bytes`` once expanded). An SQLite file (its 16-byte header) is read in place as an
-    Nsight Systems export."""
+    per file that could not (unreadable, empty, binary, unknown or malformed, more than
+    ``max_bytes`` once expanded, or more than ``whole_bytes`` of a format read whole). An
+    SQLite file (its 16-byte header) is read in place as an Nsight Systems export."""
     reports, errors = [], []
     for path in paths:
         try:
@@ -157,13 +162,14 @@ def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None,
                 continue
             stream = LineStream([(None, capture_lines(path, "capture"))], max_bytes,
                                 "standard input" if path == "-" else f"capture {path}")
-            reports.append(diagnose_stream(stream, path, expectations))
+            reports.append(diagnose_stream(stream, path, expectations, whole_bytes))
         except (UserError, DiagnoseError) as exc:
             errors.append(str(exc))
     return reports, errors
 
 
-def diagnose_job(paths: list[str], max_bytes: int = MAX_READ) -> Report:
+def diagnose_job(paths: list[str], max_bytes: int = MAX_READ,
+                 whole_bytes: int = MAX_INPUT) -> Report:
     """One report of one job's logs, one file per rank or per host (a directory stands for
     every regular file under it), read in turn as one stream whose lines name their file
     (:class:`~.stream.LineStream`); ``UserError`` (one line) for a file that cannot be read
@@ -177,7 +183,7 @@ def diagnose_job(paths: list[str], max_bytes: int = MAX_READ) -> Report:
                                                                            strict=True))
     source = f"{' '.join(paths)} ({len(files)} files)"
     return diagnose_stream(LineStream(inputs, max_bytes, f"--ranks: the {len(files)} files"),
-                           source)
+                           source, whole_bytes=whole_bytes)
 
 
 def job_files(paths: list[str]) -> list[Path]:

@@ -219,7 +219,8 @@ def judge_sizes(source: str, coll: nccl_coll.CollCounter) -> list[Finding]:
         findings.append(finding(
             CHECK_SIZES, INFO, f"{name}: {_calls_text(calls)}, {carried * 100:.0f} % of "
             f"bytes at {shown}", [coll.seen[name].cite(source)],
-            collective=name, calls=calls,
+            collective=name, calls=calls, first=coll.seen[name].first,
+            last=coll.seen[name].last,
             bytes=sum(size * seen.count for size, seen in coll.sizes[name].items()),
             sizes=[{"size": s.size, "calls": s.calls, "share": round(s.share, 4)}
                    for s in sizes]))

@@ -76,7 +76,7 @@ class LineStream:
         for line in lines:
             self.read += len(line)
             if self.read > self.max_bytes:
-                raise UserError(f"{self.what}: more than {_size(self.max_bytes)} to read; "
+                raise UserError(f"{self.what}: more than {size_text(self.max_bytes)} to read; "
                                 "--max-input raises the bound")
             text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
             ended = text.endswith("\n")
@@ -98,7 +98,7 @@ class LineStream:
         return clean
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     """``8 MiB``, ``1.5 GiB``, ``190 KiB``: the largest binary unit ``n`` holds one of."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
