@@ -100,12 +100,7 @@ def diagnose_stream(stream: LineStream, source: str,
     ``whole_bytes`` (``UserError`` past that).
     """
     lines = iter(stream)
-    window, size = [], 0
-    for line in lines:
-        window.append(line)
-        size += len(line[3]) + 1
-        if size >= DETECT_WINDOW:
-            break
+    window, size = _window(lines)
     head = stream.text(window)
     if not _is_text(strip_ansi(head.raw)):  # colour codes are terminal noise, not binary
         raise DiagnoseError(f"{source}: binary content, not a text capture ({KINDS_TEXT})")
@@ -132,18 +127,30 @@ def diagnose_stream(stream: LineStream, source: str,
     return report
 
 
+def _window(lines: Iterator) -> tuple[list, int]:
+    """The first lines of a stream, :data:`DETECT_WINDOW` bytes or all, and their size."""
+    window, size = [], 0
+    for line in lines:
+        window.append(line)
+        size += len(line[3]) + 1
+        if size >= DETECT_WINDOW:
+            break
+    return window, size
+
+
 def _whole(stream: LineStream, window: list, lines: Iterator, kind: str,
            limit: int) -> CleanText:
     """The whole text of a format that is not read as a stream, at most ``limit`` bytes."""
     size = sum(len(raw) + 1 for *_, raw in window) - 1  # the last line has no newline
-    for line in chain([None], lines):
-        if line is not None:
-            window.append(line)
-            size += len(line[3]) + 1
+    for line in lines:
         if size > limit:
-            raise UserError(f"{kind} captures are read whole, and this one holds more than "
-                            f"{size_text(limit)}: give the part that matters, or raise "
-                            "--max-input to read it (it is held in memory)")
+            break
+        window.append(line)
+        size += len(line[3]) + 1
+    if size > limit:
+        raise UserError(f"{kind} captures are read whole, and this one holds more than "
+                        f"{size_text(limit)}: give the part that matters, or raise "
+                        "--max-input to read it (it is held in memory)")
     return stream.text(window)
 
 

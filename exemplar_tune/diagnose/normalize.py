@@ -13,7 +13,8 @@ indentation every written line shares is removed too.
 :func:`normalize` removes all of that line by line — one output line per input line, so line
 numbers in evidence still point into the file — and keeps what the prefixes said: the rank
 and host each line came from (two hosts' "GPU 0" are two GPUs). Prefixes that could be
-content (``12: `` or ``word: ``) are removed only when most lines carry them.
+content (``12: `` or ``word: ``) are removed only when most lines carry them: of the whole text,
+or of a file's first lines when it is read as a stream (:class:`LineCleaner`).
 """
 
 from __future__ import annotations
@@ -48,13 +49,16 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("host label", re.compile(r"^(?=[A-Za-z][\w.-]*?\d)(?P<host>[A-Za-z][\w.-]*+): "), None,
      "host"),
 )
-# all of them in one pattern, each a group ``p<index>`` whose own groups end in ``_<index>``:
-# one match finds a line's first prefix (or rules one out) instead of one match per kind
+
+
 def _numbered(i: int, pattern: str) -> str:
+    """``pattern`` as the group ``p<i>``, its own named groups suffixed ``_<i>``."""
     inner = re.sub(r"[(][?]P<(\w+)>", lambda m: f"(?P<{m.group(1)}_{i}>", pattern)
     return f"(?P<p{i}>{inner})"
 
 
+# every prefix in one pattern: one match finds a line's first prefix, or rules one out,
+# instead of one match per kind
 _ANY_PREFIX = re.compile("|".join(_numbered(i, p.pattern)
                                   for i, (_, p, _, _) in enumerate(_PREFIXES)))
 MOSTLY = frozenset({"srun --label", "host label"})  # removed only when most lines have them
