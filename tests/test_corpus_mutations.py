@@ -37,7 +37,8 @@ TIMESTAMPS = st.sampled_from([
 ])
 
 
-SOURCE_KEYS = {"input", "ranks", "hosts", "hostlist", "sources"}  # what added prefixes themselves tell
+# what added prefixes themselves tell
+SOURCE_KEYS = {"input", "ranks", "hosts", "hostlist", "sources"}
 
 
 def reading(text: str, name: str) -> Any:
