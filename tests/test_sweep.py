@@ -7,6 +7,7 @@ the model (``tests/test_sim_fabric.py`` checks the model itself).
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -24,6 +25,7 @@ from exemplar_tune.orchestration.sweep_plan import (
     coordinate_step,
     current_values,
     parse_knob,
+    sizes_from_file,
     sizes_from_log,
     steps,
 )
@@ -86,6 +88,20 @@ def test_sizes_come_from_a_real_coll_log() -> None:
     assert all(s & (s - 1) == 0 for values in sizes.values() for s in values)
     with pytest.raises(UserError, match="no NCCL collective calls"):
         sizes_from_log("NCCL INFO Bootstrap : Using eth0\n", "log")
+
+
+def test_sizes_come_from_a_compressed_log_of_any_size(tmp_path) -> None:
+    """The same log repeated past the old 64 MiB input limit and gzip-compressed reads as a
+    stream to the same sizes; a missing file is one line."""
+    text = (COLL / "pytorch-torchtitan-1369-tp-allgather-reducescatter.log").read_text()
+    packed = tmp_path / "coll.log.gz"
+    repeats = (65 << 20) // len(text) + 1
+    with gzip.open(packed, "wt", compresslevel=1) as out:
+        for _ in range(repeats):
+            out.write(text)
+    assert sizes_from_file(packed) == sizes_from_log(text, "log")
+    with pytest.raises(UserError, match="^--sizes-from .*missing.log not found$"):
+        sizes_from_file(tmp_path / "missing.log")
 
 
 # -- end to end -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet import reaper
 from exemplar_tune.fleet.playbook_runs import claim_hosts, ledger_target, recorded, runner
-from exemplar_tune.inputs import output_file, read_input
+from exemplar_tune.inputs import output_file
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration import tuner_table
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
@@ -45,7 +45,7 @@ from exemplar_tune.orchestration.sweep_plan import (
     nccl_shapes,
     parse_knob,
     profile_fragment,
-    sizes_from_log,
+    sizes_from_file,
     steps,
     with_sizes,
 )
@@ -173,7 +173,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shapes = nccl_shapes(load_benchmarks(args.bench), str(args.bench))
     notes: list[str] = []
     if args.sizes_from:
-        sizes = sizes_from_log(read_input(args.sizes_from, "--sizes-from"), str(args.sizes_from))
+        sizes = sizes_from_file(args.sizes_from)
         shapes, notes = with_sizes(shapes, sizes)
     if args.per_size:
         _check_sized(shapes)

@@ -15,6 +15,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,8 +24,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.planners.fabri
     nccl_settings,
 )
 
-from exemplar_tune.diagnose import nccl_tests
-from exemplar_tune.diagnose.nccl_coll import message_sizes, parse_coll_log
+from exemplar_tune.compressed import capture_lines
+from exemplar_tune.diagnose import MAX_READ, nccl_tests
+from exemplar_tune.diagnose.nccl_coll import CollCounter
+from exemplar_tune.diagnose.stream import LineStream
 from exemplar_tune.errors import UserError
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec
 
@@ -128,12 +131,26 @@ def nccl_shapes(specs: list[BenchmarkSpec], bench: str) -> list[BenchmarkSpec]:
 def sizes_from_log(text: str, source: str) -> dict[str, list[int]]:
     """Per collective, the message sizes that carry most of its bytes in an NCCL COLL log,
     rounded to the nearest power of two (the rows nccl-tests prints with ``-f 2``)."""
-    log = parse_coll_log(text)
-    if not log.calls:
+    return _sizes(LineStream([(None, text.split("\n"))], len(text) + 1), source)
+
+
+def sizes_from_file(path: str | Path) -> dict[str, list[int]]:
+    """:func:`sizes_from_log` of a log file of any size, read as a stream (gzip and zstd
+    expanded on the way); ``UserError`` (one line) when it cannot be read."""
+    what = f"--sizes-from {path}"
+    return _sizes(LineStream([(None, capture_lines(path, "--sizes-from"))], MAX_READ, what),
+                  str(path))
+
+
+def _sizes(stream: LineStream, source: str) -> dict[str, list[int]]:
+    counter = CollCounter()
+    for n, line, _, _ in stream:
+        counter.feed(n, line)
+    if not counter.calls:
         raise UserError(f"{source}: no NCCL collective calls; capture the training job with "
                         "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL")
     return {coll: sorted({2 ** round(math.log2(s.size)) for s in shares if s.size > 0})
-            for coll, shares in message_sizes(log.calls).items()}
+            for coll, shares in counter.message_sizes().items()}
 
 
 def with_sizes(shapes: list[BenchmarkSpec], sizes: dict[str, list[int]]
