@@ -20,6 +20,7 @@ from exemplar_tune.diagnose import (
     diagnose_job,
     diagnose_paths,
     diagnose_text,
+    stream as stream_module,
 )
 from exemplar_tune.diagnose.stream import LineStream, size_text
 from tests.corpus import REALWORLD
@@ -183,3 +184,19 @@ def test_a_format_read_whole_is_bounded_and_the_bound_can_be_raised(tmp_path):
         "give the part that matters, or raise --max-input to read it (it is held in memory)"])
     (report,), [] = diagnose_paths([str(path)], whole_bytes=2 * limit + 2)
     assert report.kind == "turbostat"
+
+
+def test_a_long_read_says_how_far_it_got(tmp_path, monkeypatch, capsys):
+    """A progress line on stderr every heartbeat (here: at every check, each MiB), none on
+    stdout; the report is the same."""
+    monkeypatch.setattr(stream_module, "HEARTBEAT_S", 0.0)
+    monkeypatch.setattr(stream_module, "CHECK_EVERY", 1 << 20)
+    path = tmp_path / "coll.log"
+    text = COLL.read_bytes()
+    path.write_bytes(text * (3 * 2**20 // len(text)))
+    (report,), [] = diagnose_paths([str(path)])
+    out, err = capsys.readouterr()
+    assert out == "" and report.kind == "nccl-log"
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"diagnose: capture {path}: ")
+                                   and " MiB read (" in line for line in lines)

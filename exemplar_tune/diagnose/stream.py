@@ -8,19 +8,23 @@ they share). Lines are numbered across the files in order; a line's source is it
 per prefix kind and noise, the set of sources, and each file's first line number.
 
 The bound is the number of bytes read (``max_bytes``), which the user can raise: a
-``UserError`` names it when a job's input holds more.
+``UserError`` names it when a job's input holds more. A long read says how far it got on stderr
+every :data:`~exemplar_tune.progress.HEARTBEAT_S` seconds.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from itertools import chain
 
 from exemplar_tune.diagnose.normalize import CleanText, LineCleaner, described
 from exemplar_tune.errors import UserError
+from exemplar_tune.progress import HEARTBEAT_S, say
 
 FILE_WINDOW = 1 << 20  # bytes of a file its prefixes and indentation are decided on
+CHECK_EVERY = 16 << 20  # bytes read between two looks at the clock (progress lines)
 Line = tuple[int, str, "str | None", str]  # (number, cleaned, source, as written)
 
 
@@ -41,6 +45,8 @@ class LineStream:
         self.stripped: Counter[str] = Counter()
         self.noise: Counter[str] = Counter()
         self.sources: set[str] = set()
+        self._next_check = CHECK_EVERY
+        self._started = self._said = time.monotonic()
 
     def __iter__(self) -> Iterator[Line]:
         for name, lines in self.inputs:
@@ -78,11 +84,23 @@ class LineStream:
             if self.read > self.max_bytes:
                 raise UserError(f"{self.what}: more than {size_text(self.max_bytes)} to read; "
                                 "--max-input raises the bound")
+            if self.read > self._next_check:
+                self._heartbeat()
             text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
             ended = text.endswith("\n")
             yield text[:-1] if ended else text
         if ended:
             yield ""
+
+    def _heartbeat(self) -> None:
+        """A progress line every :data:`~exemplar_tune.progress.HEARTBEAT_S` seconds of a
+        long read (checked every :data:`CHECK_EVERY` bytes), so it never looks hung."""
+        self._next_check = self.read + CHECK_EVERY
+        now = time.monotonic()
+        if now - self._said >= HEARTBEAT_S:
+            self._said = now
+            rate = self.read / (now - self._started) / (1 << 20)
+            say(f"diagnose: {self.what}: {size_text(self.read)} read ({rate:.0f} MiB/s)")
 
     def described(self) -> dict[str, object]:
         """What a report says about the input: prefixes and noise removed, sources seen."""
