@@ -17,6 +17,7 @@ the table to stdout.
 
     python bench/diagnose_scale.py                          # 10 and 100 MiB, 1 round
     python bench/diagnose_scale.py --sizes 10,100,1024 --repeat 3 --kinds nccl-log
+    python bench/diagnose_scale.py --sizes 100 --gzip      # diagnose reads the .gz
 """
 
 from __future__ import annotations
@@ -74,9 +75,18 @@ def run(argv: list[str], output: Path) -> tuple[float, int, int]:
     return seconds, usage.ru_maxrss, proc.returncode
 
 
-def measure(path: Path, pattern: str, json_out: Path) -> dict[str, tuple[float, int, int]]:
-    """One round: grep, the line loop and diagnose on ``path``."""
-    cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", str(path),
+def packed(path: Path) -> Path:
+    """``path`` compressed with ``gzip -1`` beside it (the plain file kept)."""
+    target = path.with_name(path.name + ".gz")
+    with open(target, "wb") as out:
+        subprocess.run(["gzip", "-1", "-c", str(path)], stdout=out, check=True)
+    return target
+
+
+def measure(path: Path, given: Path, pattern: str,
+            json_out: Path) -> dict[str, tuple[float, int, int]]:
+    """One round: grep and the line loop on ``path``, diagnose on ``given`` (it or its .gz)."""
+    cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", str(given),
            "--format", "json"]
     count = json_out.with_suffix(".count")
     return {"grep -c": run(["grep", "-c", pattern, str(path)], count),
@@ -91,6 +101,9 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(LOGS),
                         help=f"comma-separated, of {', '.join(LOGS)}")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds")
+    parser.add_argument("--gzip", action="store_true",
+                        help="compress each input (gzip -1) and give diagnose the .gz; grep "
+                        "and the line loop still read the plain file")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     kinds = args.kinds.split(",")
@@ -103,12 +116,13 @@ def main() -> None:
             source, pattern = LOGS[kind]
             for mib in sizes:
                 path = build(source, mib << 20, Path(tmp) / f"{kind}-{mib}.log")
+                given = packed(path) if args.gzip else path
                 json_out = Path(tmp) / "out.json"
                 rounds = []
                 for number in range(args.repeat):
                     print(f"{kind} {mib} MiB: round {number + 1}/{args.repeat}",
                           file=sys.stderr, flush=True)
-                    rounds.append(measure(path, pattern, json_out))
+                    rounds.append(measure(path, given, pattern, json_out))
                 floor = statistics.median(r["grep -c"][0] for r in rounds)
                 for reader in ("grep -c", "python loop", "diagnose"):
                     wall = statistics.median(r[reader][0] for r in rounds)
@@ -117,11 +131,13 @@ def main() -> None:
                     size = json_out.stat().st_size if reader == "diagnose" and status in (0, 1) \
                         else None
                     refused = reader == "diagnose" and status == 2
-                    print(f"| {kind} | {mib} | {reader} | {wall:.2f} | "
+                    label = f"{kind}.gz" if args.gzip and reader == "diagnose" else kind
+                    print(f"| {label} | {mib} | {reader} | {wall:.2f} | "
                           + ("refused (exit 2) | | " if refused else
                              f"{mib / wall:.1f} | {wall / floor:.0f} | ")
                           + f"{peak:.0f} | {size if size is not None else ''} |", flush=True)
                 path.unlink()
+                given.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
