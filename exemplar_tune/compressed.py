@@ -28,8 +28,8 @@ MAX_LINE = 1 << 20  # bytes: a longer line is read as several, so no line fills 
 def capture_lines(path: Path | str, what: str) -> Iterator[bytes]:
     """The lines of ``path`` (``-``: standard input) as bytes, each with its ``\\n``, expanded
     when the file is gzip or zstd (a line longer than :data:`MAX_LINE` comes in pieces of that
-    size); ``UserError`` (one line) when it cannot be opened or read,
-    for damaged data and for a missing ``zstd``, raised where the stream reaches it."""
+    size); ``UserError`` (one line) when it cannot be opened or read, for damaged data and for
+    a missing ``zstd``, raised where the stream reaches it."""
     with open_input(path, what) as handle:
         try:
             head = handle.peek(4)[:4] if hasattr(handle, "peek") else b""
