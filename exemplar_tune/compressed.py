@@ -32,7 +32,7 @@ def capture_lines(path: Path | str, what: str) -> Iterator[bytes]:
     a missing ``zstd``, raised where the stream reaches it."""
     with open_input(path, what) as handle:
         try:
-            head = handle.peek(4)[:4] if hasattr(handle, "peek") else b""
+            head = handle.peek(4)[:4]
             if head.startswith(GZIP):
                 yield from _gunzip(handle, path, what)
             elif head.startswith(ZSTD):

@@ -50,8 +50,6 @@ def open_input(path: Path | str, what: str) -> BinaryIO:
         return open(path, "rb", opener=_regular_file)
     except FileNotFoundError:
         raise UserError(f"{what} {path} not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} {path} is a directory, not a file") from None
     except _NotRegular as exc:
         raise UserError(f"{what} {path} is {exc}, not a regular file (give - to read standard "
                         "input)") from None

@@ -122,8 +122,8 @@ def diagnose_stream(stream: LineStream, source: str,
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
         why = " ".join(str(exc).split())
         raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
-    if stream.described():
-        report.summary.setdefault("input", stream.described())
+    if described := stream.described():
+        report.summary.setdefault("input", described)
     return report
 
 

@@ -180,7 +180,7 @@ def parse_coll_log(text: str) -> CollLog:
     skipped: Counter[str] = Counter()
     version = None
     for n, raw in enumerate(text.splitlines(), start=1):
-        version = version or version_of(raw if "\x1b" not in raw else _cleaned(raw)[0])
+        version = version or version_of(raw)
         call = read_call(n, raw)
         if isinstance(call, CollCall):
             calls.append(call)
@@ -220,8 +220,8 @@ class CollCounter:
     def feed(self, n: int, line: str) -> None:
         """Read line ``n``: its version, and its call if it is a COLL line. The call is keyed
         by the text of its fields; only a call counted is converted (:func:`_call`)."""
-        if "CCL version" in line:
-            self.version = self.version or version_of(line)
+        if self.version is None:
+            self.version = version_of(line)
         found = _match(line)
         if found is None:
             return

@@ -246,8 +246,8 @@ class Runs:
         self.lines = [table["line"]]
         self.busbw = [[r["busbw"] or 0.0] * 3 for r in table["rows"]]  # sum, least, most
         self.wrong = [r["wrong_result"] for r in table["rows"]]
-        self.avg = [table["avg_busbw"]] if table["avg_busbw"] is not None else []
-        self.avg_sum, self.avg_runs = sum(self.avg), len(self.avg)
+        avg = table["avg_busbw"]
+        self.avg_sum, self.avg_runs = (avg, 1) if avg is not None else (0.0, 0)
         self.out_of_bounds = table["out_of_bounds"]
         self.interleaved = list(table["interleaved"])
 
