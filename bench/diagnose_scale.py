@@ -4,8 +4,10 @@
 
 Each input is a real log of the test corpus repeated to the size asked: an NCCL INFO log with
 COLL lines (NVIDIA/nccl#1193, 128 ranks), a Megatron-DeepSpeed step log (bigscience) and an
-nccl-tests run (xxrjun/nccl-tests-cluster, 80 ranks). For each size the three readers run in
-turn, ``--repeat`` interleaved rounds, median kept:
+nccl-tests run (xxrjun/nccl-tests-cluster, 80 ranks). In ``steplog`` each copy starts its
+iterations again (diagnose reads the longest run); in ``steplog-run`` the copies go on
+counting, so the log is one run and every one of its steps is judged. For each size the
+three readers run in turn, ``--repeat`` interleaved rounds, median kept:
 
 * ``grep -c PATTERN`` - the floor, one pass in C;
 * a plain Python ``for line in file`` loop counting the lines;
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,26 +42,40 @@ LOGS = {
     "steplog": (REAL / "steptime"
                 / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log",
                 "iteration"),
+    "steplog-run": (REAL / "steptime"
+                    / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log",
+                    "iteration"),
     "nccl-tests": (REAL / "nccl-tests"
                    / "xxrjun-nccl-tests-cluster-h100-10nodes-80ranks-five-collectives.log",
                    "float"),
 }
+RUNS = {"steplog-run"}  # kinds whose copies go on counting iterations
+_ITERATION = re.compile(rb"(iteration\s+)(\d+)/")
 LINE_LOOP = "import sys\nn = 0\nfor _ in open(sys.argv[1], 'rb'):\n    n += 1\nprint(n)\n"
 
 
-def build(source: Path, size: int, target: Path) -> Path:
-    """``source`` repeated until ``target`` holds ``size`` bytes (whole lines)."""
+def build(source: Path, size: int, target: Path, one_run: bool = False) -> Path:
+    """``source`` repeated until ``target`` holds ``size`` bytes (whole lines); with
+    ``one_run``, copy k's Megatron iterations are numbered on from copy k-1's."""
     text = source.read_bytes()
+    last = max((int(m.group(2)) for m in _ITERATION.finditer(text)), default=0)
     with target.open("wb") as out:
-        written = 0
+        written, copy = 0, 0
         while written < size:
-            chunk = text[: size - written] if written + len(text) > size else text
-            if len(chunk) < len(text):
+            if one_run and copy:
+                offset = copy * last
+                chunk = _ITERATION.sub(lambda m, by=offset: m.group(1) + str(
+                    int(m.group(2)) + by).encode() + b"/", text)
+            else:
+                chunk = text
+            if written + len(chunk) > size:
+                chunk = chunk[: size - written]
                 chunk = chunk[: chunk.rfind(b"\n") + 1] or chunk
+                out.write(chunk)
+                break
             out.write(chunk)
             written += len(chunk)
-            if len(chunk) < len(text):
-                break
+            copy += 1
     return target
 
 
@@ -115,7 +132,7 @@ def main() -> None:
         for kind in kinds:
             source, pattern = LOGS[kind]
             for mib in sizes:
-                path = build(source, mib << 20, Path(tmp) / f"{kind}-{mib}.log")
+                path = build(source, mib << 20, Path(tmp) / f"{kind}-{mib}.log", kind in RUNS)
                 given = packed(path) if args.gzip else path
                 json_out = Path(tmp) / "out.json"
                 rounds = []

@@ -111,7 +111,9 @@ def diagnose_stream(stream: LineStream, source: str,
     try:
         if analyzer.reader is not None:
             reader = analyzer.reader(source, dict(expectations or {}))
-            for n, line, origin, raw in chain(window, lines):
+            rest = chain(window, lines)
+            del window, head  # the window's lines go once they are read again
+            for n, line, origin, raw in rest:
                 reader.feed(n, line, origin, raw)
             report = reader.report(tuple(stream.files))
         else:

@@ -9,10 +9,12 @@ summary of what was parsed and its findings.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
 from exemplar_tune.checks import CHECKS
@@ -168,15 +170,20 @@ def finding(check_id: str, status: str, message: str, evidence: Iterable[str] = 
 
 
 def cite(source: str, lines: Iterable[int], column: str | None = None, limit: int = 6) -> str:
-    """``source:3-5,9 [column]``: line numbers (1-based) folded into ranges, at most ``limit``."""
-    ranges: list[list[int]] = []
-    for n in sorted(set(lines)):
-        if ranges and n == ranges[-1][1] + 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
-    text = f"{source}:{','.join(parts)}" + (",..." if len(ranges) > limit else "")
+    """``source:3-5,9 [column]``: line numbers (1-based) folded into ranges, at most ``limit``.
+    Millions of lines cost a sort of 8-byte integers (an array of them is read in place)."""
+    given = lines if isinstance(lines, np.ndarray | array) else list(lines)
+    ordered = np.asarray(given, dtype=np.int64)
+    steps = np.diff(ordered)
+    if not (steps > 0).all():  # not in order already (evidence mostly is)
+        ordered = np.unique(ordered)
+        steps = np.diff(ordered)
+    breaks = np.flatnonzero(steps != 1)[:limit]  # where a range ends and another starts
+    starts = [*ordered[:1], *ordered[breaks + 1]]
+    ends = [*ordered[breaks], *ordered[-1:]]
+    parts = [f"{a}" if a == b else f"{a}-{b}"
+             for a, b in zip(starts[:limit], ends[:limit], strict=False)]
+    text = f"{source}:{','.join(parts)}" + (",..." if len(starts) > limit else "")
     return f"{text} [{column}]" if column else text
 
 

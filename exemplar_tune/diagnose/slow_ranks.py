@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from exemplar_tune.diagnose.base import INFO, PASS, WARN, Finding, cite, finding
 from exemplar_tune.diagnose.normalize import place
 from exemplar_tune.diagnose.steplog import Line, NoTiming, Series
-from exemplar_tune.diagnose.steplog_formats import read_lines
+from exemplar_tune.diagnose.steplog_formats import StepLines
 
 CHECK = "workload.slow-ranks"
 MIN_RANKS = 3
@@ -36,7 +36,7 @@ MIN_REL = 0.02
 REPEAT = 0.5
 MIN_BEHIND = 3
 MAX_HIDDEN = 0.10  # a rank this much slower could hide in the ranks' disagreement: cannot tell
-MAX_RANKS = 4096  # ranks compared; each one's series is read from its own lines
+MAX_RANKS = 4096  # ranks compared (the first seen); each one's series is read apart
 
 
 @dataclass(frozen=True)
@@ -50,33 +50,41 @@ class RankVerdict:
     lines: tuple[int, ...]
 
 
-def rank_series(lines: list[Line]) -> dict[str, Series]:
-    """Each source's own series of step times (rates and unreadable sources left out)."""
-    sources = sorted({line.source for line in lines if line.source})
-    if len(sources) < 2:  # one rank: nothing to compare, nothing read twice
-        return {}
-    out = {}
-    for source, mine in _by_source(lines, set(sources[:MAX_RANKS])).items():
-        try:
-            series = read_lines(mine)
-        except NoTiming:
-            continue
-        if not series.rate and series.samples:
-            out[source] = series
-    return out
+class RankLines:
+    """A log's lines read once per source (launcher prefix, file) as they come: each of the
+    first ``MAX_RANKS`` sources has its own :class:`~.steplog_formats.StepLines`, fed an empty
+    line where other sources' lines stood between two of its own (a record is never joined
+    across another source's line)."""
 
+    def __init__(self) -> None:
+        self.ranks: dict[str, StepLines] = {}
 
-def _by_source(lines: list[Line], sources: set[str]) -> dict[str, list[Line]]:
-    """Each source's lines, in order, with an empty line where other lines stood between two
-    of its own (a record is never joined across another source's line)."""
-    out: dict[str, list[Line]] = {}
-    for line in lines:
-        if line.source in sources:
-            own = out.setdefault(line.source, [])
-            if own and line.n != own[-1].n + 1:
-                own.append(Line(line.n - 1, "", "", None))
-            own.append(line)
-    return dict(sorted(out.items()))
+    def feed(self, line: Line) -> None:
+        if line.source is None:
+            return
+        rank = self.ranks.get(line.source)
+        if rank is None:
+            if len(self.ranks) >= MAX_RANKS:
+                return
+            rank = self.ranks[line.source] = StepLines()
+        elif line.n != rank.last + 1:
+            rank.feed(Line(line.n - 1, "", "", None))
+        rank.feed(line)
+
+    def series(self) -> dict[str, Series]:
+        """Each source's own series of step times (rates and unreadable sources left out);
+        none for one source: nothing to compare."""
+        if len(self.ranks) < 2:
+            return {}
+        out = {}
+        for source in sorted(self.ranks):
+            try:
+                series = self.ranks[source].series()
+            except NoTiming:
+                continue
+            if not series.rate and series.samples:
+                out[source] = series
+        return out
 
 
 def verdicts(series: dict[str, Series]) -> tuple[list[RankVerdict], int, float]:

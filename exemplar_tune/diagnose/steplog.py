@@ -5,15 +5,19 @@ samples, what one sample is (one iteration, the mean over a log interval, a rate
 the log used, how the time was obtained (logged, timestamp differences, ...) and notes on what
 was chosen or skipped. A reader that recognises its family but finds no timing says why in
 ``missing``. The helpers here are shared by the readers: lines with their source and raw
-text, one rank's records out of several, repeated steps counted once, timestamp differences.
+text, the lines a reader matched (:class:`Records`, held column by column), one rank's records
+out of several, repeated steps counted once, timestamp differences.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from typing import NamedTuple
 
 from exemplar_tune.diagnose.base import DiagnoseError
@@ -57,21 +61,77 @@ class Sample:
     since: int | None = None  # the line its interval starts after, where another line says
 
 
+class Samples:
+    """A series' samples held column by column (an array per number, as :class:`Records`):
+    indexing and iterating give :class:`Sample` objects; ``None`` is held as -1."""
+
+    __slots__ = ("iterations", "lines", "sinces", "spans", "tags", "values")
+
+    def __init__(self, samples: Iterable[Sample] = ()) -> None:
+        self.lines, self.iterations = array("q"), array("q")
+        self.spans, self.sinces = array("q"), array("q")
+        self.values = array("d")
+        self.tags: list[str] = []
+        for sample in samples:
+            self.add(sample)
+
+    def add(self, sample: Sample) -> None:
+        """Append one sample."""
+        self.lines.append(sample.line)
+        self.values.append(sample.value)
+        self.iterations.append(-1 if sample.iteration is None else sample.iteration)
+        self.spans.append(sample.span)
+        self.tags.append(sample.tag)
+        self.sinces.append(-1 if sample.since is None else sample.since)
+
+    @classmethod
+    def columns(cls, lines: array, values: array, iterations: array | None = None,
+                span: int = 1, tags: list[str] | None = None) -> Samples:
+        """Samples over columns already held (a reader's :class:`Records`), shared, not
+        copied: one span for all, no interval start."""
+        out, n = cls(), len(lines)
+        out.lines, out.values = lines, values
+        out.iterations = array("q", [-1]) * n if iterations is None else iterations
+        out.spans, out.sinces = array("q", [span]) * n, array("q", [-1]) * n
+        out.tags = [""] * n if tags is None else tags
+        return out
+
+    def take(self, indices: Iterable[int]) -> Samples:
+        """The samples at ``indices``, in that order."""
+        return Samples(self[i] for i in indices)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> Sample:
+        iteration, since = self.iterations[i], self.sinces[i]
+        return Sample(self.lines[i], self.values[i], None if iteration < 0 else iteration,
+                      self.spans[i], self.tags[i], None if since < 0 else since)
+
+    def __iter__(self) -> Iterator[Sample]:
+        return (self[i] for i in range(len(self.lines)))
+
+
 @dataclass
 class Series:
-    """A family's reading of a log; ``missing`` says why there are no samples."""
+    """A family's reading of a log; ``missing`` says why there are no samples. ``samples``
+    may be given as any iterable of :class:`Sample`: it is held as :class:`Samples`."""
 
     fmt: str
     unit: str
     timing: str
     sample_is: str
-    samples: list[Sample] = field(default_factory=list)
+    samples: Samples = field(default_factory=Samples)
     rate: bool = False  # values are rates (``unit``), not milliseconds
     smoothed: bool = False  # ... and averaged since the start (tqdm), not per interval
     wallclock: bool = False  # samples are wall time between log lines: work logged between
     notes: list[str] = field(default_factory=list)  # them (``events``) lands in them
     events: list[tuple[int, str]] = field(default_factory=list)
     missing: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.samples, Samples):
+            self.samples = Samples(self.samples)
 
 
 class Record(NamedTuple):
@@ -83,6 +143,47 @@ class Record(NamedTuple):
     value: float | None
     stamp: float | None = None
     tag: str = ""
+
+
+class Records:
+    """The lines a reader matched, held column by column (an array per number): a few dozen
+    bytes a record, however long its line. Indexing and iterating give :class:`Record`
+    tuples; ``None`` is held as -1 (a step) or NaN (a value, a stamp)."""
+
+    __slots__ = ("lines", "sources", "stamps", "steps", "tags", "values")
+
+    def __init__(self, records: Iterable[Record] = ()) -> None:
+        self.lines, self.steps = array("q"), array("q")
+        self.values, self.stamps = array("d"), array("d")
+        self.sources: list[str | None] = []
+        self.tags: list[str] = []
+        for record in records:
+            self.add(record)
+
+    def add(self, record: Record) -> None:
+        """Append one record."""
+        self.lines.append(record.line)
+        self.sources.append(record.source)
+        self.steps.append(-1 if record.step is None else record.step)
+        self.values.append(math.nan if record.value is None else record.value)
+        self.stamps.append(math.nan if record.stamp is None else record.stamp)
+        self.tags.append(record.tag)
+
+    def take(self, indices: Iterable[int]) -> Records:
+        """The records at ``indices``, in that order."""
+        return Records(self[i] for i in indices)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> Record:
+        step, value, stamp = self.steps[i], self.values[i], self.stamps[i]
+        return Record(self.lines[i], self.sources[i], None if step < 0 else step,
+                      None if math.isnan(value) else value,
+                      None if math.isnan(stamp) else stamp, self.tags[i])
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self[i] for i in range(len(self.lines)))
 
 
 def lines_of(text: str) -> list[Line]:
@@ -115,44 +216,47 @@ def is_work(text: str) -> bool:
     return any(word in low for word in _WORK_WORDS)
 
 
-def events(lines: list[Line]) -> list[tuple[int, str]]:
-    """Lines that log non-training work (evaluation, profiler dump, checkpoint save)."""
-    return [(ln.n, why) for ln in lines if is_work(ln.text)
-            for why, rx in _NON_TRAINING if rx.search(ln.text)]
+def events_of(line: Line) -> list[tuple[int, str]]:
+    """What non-training work (evaluation, profiler dump, checkpoint save) a line logs."""
+    if not is_work(line.text):
+        return []
+    return [(line.n, why) for why, rx in _NON_TRAINING if rx.search(line.text)]
 
 
-def one_source(records: list[Record]) -> tuple[list[Record], str]:
+def one_source(records: Records) -> tuple[Records, str]:
     """The records of one source when several log steps (the lowest rank), and a note."""
-    names = sorted({r.source for r in records if r.source}, key=natural)
+    names = sorted({name for name in records.sources if name}, key=natural)
     if len(names) <= 1:
         return records, ""
-    keep = [r for r in records if r.source == names[0]]
+    keep = records.take(i for i, name in enumerate(records.sources) if name == names[0])
     return keep, (f"{len(names)} sources log step times ({', '.join(names[:4])}"
                   f"{', ...' if len(names) > 4 else ''}): {names[0]}'s series read, "
                   "the others not merged into it")
 
 
-def dedupe(records: list[Record]) -> tuple[list[Record], str]:
+def dedupe(records: Records) -> tuple[Records, str]:
     """Consecutive records of the same step counted once (ranks without a prefix, redraws)."""
-    keep: list[Record] = []
+    steps = records.steps
+    if not any(0 <= b == a for a, b in pairwise(steps)):
+        return records, ""
+    keep = [0]
     repeats: dict[int, int] = {}
-    for r in records:
-        if keep and r.step is not None and r.step == keep[-1].step:
-            repeats[r.step] = repeats.get(r.step, 1) + 1
-            continue
-        keep.append(r)
-    if not repeats:
-        return keep, ""
+    for i in range(1, len(steps)):
+        if 0 <= steps[i] == steps[keep[-1]]:
+            repeats[steps[i]] = repeats.get(steps[i], 1) + 1
+        else:
+            keep.append(i)
     worst = max(repeats, key=lambda s: repeats[s])
     many = "1 step" if len(repeats) == 1 else f"{len(repeats)} steps"
-    return keep, (f"{many} logged more than once (step {worst}: {repeats[worst]} times, "
-                  "e.g. by ranks without a prefix): counted once")
+    return records.take(keep), (f"{many} logged more than once (step {worst}: "
+                                f"{repeats[worst]} times, e.g. by ranks without a prefix): "
+                                "counted once")
 
 
-def stamp_samples(records: list[Record]) -> list[Sample]:
+def stamp_samples(records: Iterable[Record]) -> list[Sample]:
     """Per-iteration means from the timestamps of consecutive step records."""
     out = []
-    for a, b in zip(records, records[1:], strict=False):
+    for a, b in pairwise(records):
         if None in (a.stamp, b.stamp, a.step, b.step) or b.step <= a.step or b.stamp < a.stamp:
             continue
         span = b.step - a.step
@@ -161,22 +265,23 @@ def stamp_samples(records: list[Record]) -> list[Sample]:
     return out
 
 
-def longest_run(records: list[Record]) -> tuple[list[Record], str]:
+def longest_run(records: Records) -> tuple[Records, str]:
     """The longest stretch of increasing steps (a restart begins a new one), and a note."""
-    runs: list[list[Record]] = []
-    for r in records:
-        if not runs or (r.step is not None and runs[-1][-1].step is not None
-                        and r.step < runs[-1][-1].step):
-            runs.append([])
-        runs[-1].append(r)
-    if len(runs) <= 1:
+    starts = [0] if len(records) else []
+    steps = records.steps
+    for i in range(1, len(steps)):
+        if 0 <= steps[i] < steps[i - 1]:
+            starts.append(i)
+    if len(starts) <= 1:
         return records, ""
-    best = max(runs, key=len)
-    return best, (f"{len(runs)} runs (the step count restarts): the longest, "
+    ends = [*starts[1:], len(steps)]
+    first, end = max(zip(starts, ends, strict=True), key=lambda run: run[1] - run[0])
+    best = records.take(range(first, end))
+    return best, (f"{len(starts)} runs (the step count restarts): the longest, "
                   f"{line_range(best)}, read")
 
 
-def line_range(records: list[Record]) -> str:
+def line_range(records: Records) -> str:
     """``line 7`` or ``lines 7-18``: where the records lie."""
     first, last = records[0].line, records[-1].line
     return f"line {first}" if first == last else f"lines {first}-{last}"

@@ -32,17 +32,24 @@ import ast
 import math
 import re
 import statistics
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from itertools import chain
+from typing import Protocol
+
+import numpy as np
 
 from exemplar_tune.diagnose.steplog import (
     Line,
     NoTiming,
     Record,
+    Records,
     Sample,
+    Samples,
     Series,
     dedupe,
-    events,
+    events_of,
     is_work,
     line_range,
     lines_of,
@@ -59,13 +66,15 @@ MAX_VALUE = 1e12  # milliseconds (or a rate); anything larger is not a reading
 _FLOAT = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _NUM = f"({_FLOAT})"
 _MEG_VALUE = re.compile(r"elapsed time per iteration \((ms|s)\):\s*" + _NUM)
-_MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+")
+# A pattern that starts with a word (``iteration(?<=\biteration)``) rather than ``\b`` is
+# searched for by that word, several times faster on long lines; it matches the same.
+_MEG_ITER = re.compile(r"iteration(?<=\biteration)\s+(\d+)\s*/\s*\d+")
 _MEG_INTERVAL = re.compile(r"\blog[_-]interval\b[\s.:=]{1,80}(\d+)")
 _NEMO = re.compile(r"train_step_timing(?: in s)?\s*[:=]\s*(" + _FLOAT + r"(?:[eE][-+]?\d+)?)?")
 _GLOBAL_STEP = re.compile(r"\bglobal_step\s*[:=]\s*(\d+(?:\.\d+)?(?:[eE]\+?\d+)?)")
-_STEP_TIME = re.compile(r"\bstep_time\s*[=:]\s*" + _NUM + r"\s*(ms|s)?\b")
+_STEP_TIME = re.compile(r"step_time(?<=\bstep_time)\s*[=:]\s*" + _NUM + r"\s*(ms|s)?\b")
 _LITGPT = re.compile(r"\biter\s+(\d+)\b[^:\n]{0,40}:.*?\biter time:\s*" + _NUM + r"\s*(ms|s)\b")
-_TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:")
+_TITAN = re.compile(r"step:(?<=\bstep:)\s*(\d+)\s+loss:")
 _TITAN_RATE = re.compile(r"\b(tps|wps):\s*(\d[\d,]*(?:\.\d+)?)")
 _SEQ_LEN = re.compile(r"\bseq_len\b['\"]?\s*[:=]\s*(\d+)")
 _LOCAL_BATCH = re.compile(r"\blocal_batch_size\b['\"]?\s*[:=]\s*(\d+)")
@@ -121,26 +130,82 @@ def read_series(text: str) -> Series:
     return read_lines(lines_of(text))
 
 
-def read_lines(lines: list[Line]) -> Series:
+def read_lines(lines: Iterable[Line]) -> Series:
     """:func:`read_series` of lines already split (one source's, for instance)."""
-    missing: Series | None = None
-    for reader in FAMILIES:
-        series = reader(lines)
-        if series is not None and series.samples:
-            return _readable(series)
-        missing = missing or series
-    if missing is not None:
-        raise NoTiming(f"step-time log ({missing.fmt}): no per-step timing found "
-                       f"({missing.missing or 'no samples'})")
-    raise NoTiming("no step-time lines")
+    log = StepLines()
+    for line in lines:
+        log.feed(line)
+    return log.series()
+
+
+class Context:
+    """What any family may need beyond its own records: the log interval, sequence length and
+    batch size a log states (the first of each), and the non-training work it logs."""
+
+    def __init__(self) -> None:
+        self.interval: int | None = None
+        self.seq_len: int | None = None
+        self.batch: int | None = None
+        self.events: list[tuple[int, str]] = []
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        if self.interval is None and "interval" in text:
+            m = _MEG_INTERVAL.search(text)
+            self.interval = int(m.group(1)) if m and int(m.group(1)) > 0 else None
+        if self.seq_len is None and "seq_len" in text and (m := _SEQ_LEN.search(text)):
+            self.seq_len = int(m.group(1))
+        if self.batch is None and "local_batch_size" in text and (
+                m := _LOCAL_BATCH.search(text)):
+            self.batch = int(m.group(1))
+        self.events += events_of(line)
+
+
+class Family(Protocol):
+    """A framework family's reader: fed a log's lines in order, it keeps the records it
+    matched (never the lines), then reads its series (``None`` when it saw none of its own)."""
+
+    def feed(self, line: Line) -> None: ...
+
+    def series(self, context: Context) -> Series | None: ...
+
+
+class StepLines:
+    """One stream of a log's lines read by every family at once (``feed`` each line in order,
+    then ``series``); what it holds grows with the records matched, not with the lines."""
+
+    def __init__(self) -> None:
+        self.context = Context()
+        self.families: list[Family] = [family() for family in FAMILIES]
+        self.last = 0  # the number of the last line fed
+
+    def feed(self, line: Line) -> None:
+        self.context.feed(line)
+        for family in self.families:
+            family.feed(line)
+        self.last = line.n
+
+    def series(self) -> Series:
+        """The first family's series with samples; ``NoTiming`` naming why when none has."""
+        missing: Series | None = None
+        for family in self.families:
+            series = family.series(self.context)
+            if series is not None and series.samples:
+                return _readable(series)
+            missing = missing or series
+        if missing is not None:
+            raise NoTiming(f"step-time log ({missing.fmt}): no per-step timing found "
+                           f"({missing.missing or 'no samples'})")
+        raise NoTiming("no step-time lines")
 
 
 def _readable(series: Series) -> Series:
     """The series without values that cannot be a reading (not finite, absurdly large)."""
-    keep = [s for s in series.samples if math.isfinite(s.value) and 0 <= s.value <= MAX_VALUE]
-    if len(keep) < len(series.samples):
-        series.notes.append(f"{len(series.samples) - len(keep)} value(s) out of range left out")
-        series.samples = keep
+    values = np.frombuffer(series.samples.values, dtype=np.float64)
+    good = np.isfinite(values) & (values >= 0) & (values <= MAX_VALUE)
+    if not good.all():
+        series.notes.append(f"{int((~good).sum())} value(s) out of range left out")
+        series.samples = series.samples.take(np.flatnonzero(good).tolist())
     return series
 
 
@@ -167,7 +232,16 @@ def _numbers_only(text: str) -> int:
     return count
 
 
-def _tidy(records: list[Record], notes: list[str]) -> list[Record]:
+def _scaled(values: array, scale: float) -> array:
+    """``values`` times ``scale`` (the same column when ``scale`` is 1)."""
+    if scale == 1.0:
+        return values
+    out = array("d")
+    out.frombytes((np.frombuffer(values, dtype=np.float64) * scale).tobytes())
+    return out
+
+
+def _tidy(records: Records, notes: list[str]) -> Records:
     """One source's records, each step once, of one run (the longest where the step count
     restarts); what was left out goes to ``notes``."""
     for tidy in (one_source, dedupe, longest_run):
@@ -178,231 +252,308 @@ def _tidy(records: list[Record], notes: list[str]) -> list[Record]:
 
 # --- megatron ------------------------------------------------------------------------------
 
-def _megatron_lines(lines: list[Line]) -> list[tuple[Line, str]]:
-    """Record lines, each with its hard-wrapped continuation (up to 2 lines) joined."""
-    out, skip = [], 0
-    for i, line in enumerate(lines):
-        if i < skip:
-            continue
-        text = line.text
-        if wraps(text):
-            tail = []
-            for nxt in lines[i + 1:i + 3]:
-                if _MEG_ITER.search(nxt.text) or not nxt.text.strip():
-                    break
-                tail.append(nxt.text)
-                if nxt.text.rstrip().endswith("|"):
-                    text, skip = " ".join([text, *tail]), i + 1 + len(tail)
-                    break
-        out.append((line, text))
-    return out
+class Megatron:
+    """Megatron-LM records (ms or s), one sample per log interval. A record hard-wrapped over
+    up to 3 lines is joined: its line is held until a line ending in ``|`` closes it, or a
+    new record, a blank line or a third line shows it does not wrap."""
 
+    def __init__(self) -> None:
+        self.records = Records()
+        self.units: set[str] = set()
+        self._held: list[Line] = []  # a record that may wrap, and the lines after it
+        self._it: re.Match[str] | None = None  # the held record's iteration
 
-def read_megatron(lines: list[Line]) -> Series | None:
-    """Megatron-LM records (ms or s), one sample per log interval; ``None`` without any."""
-    records, units = [], set()
-    for line, text in _megatron_lines(lines):
-        m = _MEG_VALUE.search(text)
+    def feed(self, line: Line) -> None:
+        held, text = self._held, line.text
+        it = _MEG_ITER.search(text) if "iteration" in text else None
+        if held:
+            if it or not text.strip():
+                self._release()
+            else:
+                held.append(line)
+                if text.rstrip().endswith("|"):
+                    self._scan(held[0], " ".join(h.text for h in held), self._it)
+                    held.clear()
+                elif len(held) == 3:
+                    self._release()
+                return
+        if it and not text.rstrip().endswith("|"):
+            held.append(line)
+            self._it = it
+        else:
+            self._scan(line, text, it)
+
+    def _release(self) -> None:
+        """The held lines read one by one: the record did not wrap."""
+        for i, line in enumerate(self._held):
+            self._scan(line, line.text, None if i else self._it)
+        self._held.clear()
+
+    def _scan(self, line: Line, text: str, it: re.Match[str] | None) -> None:
+        m = _MEG_VALUE.search(text) if "elapsed time per iteration" in text else None
         if m:
-            it = _MEG_ITER.search(text)
-            units.add(m.group(1))
+            self.units.add(m.group(1))
             scale = 1000.0 if m.group(1) == "s" else 1.0
-            records.append(Record(line.n, line.source, int(it.group(1)) if it else None,
-                                  float(m.group(2)) * scale))
-    if not records:
-        return None
-    notes: list[str] = []
-    records = _tidy(records, notes)
-    interval = _log_interval(lines, [r.step for r in records if r.step is not None])
-    what = ("one iteration" if interval == 1 else
-            f"the mean over the {interval} iterations of a log interval")
-    return Series("megatron", "/".join(sorted(units)), "logged", what,
-                  [Sample(r.line, r.value or 0.0, r.step, interval) for r in records],
-                  wallclock=True, notes=notes, events=events(lines))
+            self.records.add(Record(line.n, line.source, int(it.group(1)) if it else None,
+                                    float(m.group(2)) * scale))
+
+    def series(self, context: Context) -> Series | None:
+        self._release()
+        if not self.records:
+            return None
+        notes: list[str] = []
+        records = _tidy(self.records, notes)
+        interval = context.interval or _usual_gap(records.steps)
+        what = ("one iteration" if interval == 1 else
+                f"the mean over the {interval} iterations of a log interval")
+        return Series("megatron", "/".join(sorted(self.units)), "logged", what,
+                      Samples.columns(records.lines, records.values, records.steps, interval),
+                      wallclock=True, notes=notes, events=context.events)
 
 
-def _log_interval(lines: list[Line], iterations: list[int]) -> int:
-    """``--log-interval`` from the arguments dump, else the usual step between iterations."""
-    for line in lines:
-        m = _MEG_INTERVAL.search(line.text) if "interval" in line.text else None
-        if m and int(m.group(1)) > 0:
-            return int(m.group(1))
-    gaps = [b - a for a, b in zip(iterations, iterations[1:], strict=False) if b > a]
-    return max(1, int(statistics.median(gaps))) if gaps else 1
+def _usual_gap(steps: array) -> int:
+    """The usual step between logged iterations (-1: none logged); 1 when there is none."""
+    logged = np.frombuffer(steps, dtype=np.int64)
+    gaps = np.diff(logged[logged >= 0])
+    gaps = gaps[gaps > 0]
+    return max(1, int(np.median(gaps))) if len(gaps) else 1
 
 
 # --- per-step timers: nemo, step_time, litgpt ----------------------------------------------
 
-def read_nemo(lines: list[Line]) -> Series | None:
+class Nemo:
     """NeMo/Lightning ``train_step_timing`` (s); ``missing`` when every field is empty."""
-    records = []
-    for line in lines:
-        m = _NEMO.search(line.text)
+
+    def __init__(self) -> None:
+        self.records = Records()
+
+    def feed(self, line: Line) -> None:
+        m = _NEMO.search(line.text) if "train_step_timing" in line.text else None
         if m:
             step = _GLOBAL_STEP.search(line.text)
-            records.append(Record(line.n, line.source, step_of(step.group(1)) if step else None,
-                                  float(m.group(1)) * 1000.0 if m.group(1) else None))
-    if not records:
-        return None
-    notes: list[str] = []
-    timed = _tidy([r for r in records if r.value is not None], notes)
-    series = Series("nemo", "s", "logged", "one step (train_step_timing)",
-                    [Sample(r.line, r.value or 0.0, r.step) for r in timed], notes=notes)
-    if not timed:
-        series.missing = ("the train_step_timing field is empty" if len(records) == 1 else
-                          f"all {len(records)} train_step_timing fields are empty")
-    return series
+            self.records.add(Record(line.n, line.source,
+                                    step_of(step.group(1)) if step else None,
+                                    float(m.group(1)) * 1000.0 if m.group(1) else None))
+
+    def series(self, context: Context) -> Series | None:
+        records = self.records
+        if not records:
+            return None
+        notes: list[str] = []
+        timed = _tidy(records.take(i for i, v in enumerate(records.values)
+                                   if not math.isnan(v)), notes)
+        series = Series("nemo", "s", "logged", "one step (train_step_timing)",
+                        Samples.columns(timed.lines, timed.values, timed.steps), notes=notes)
+        if not timed:
+            series.missing = ("the train_step_timing field is empty" if len(records) == 1 else
+                              f"all {len(records)} train_step_timing fields are empty")
+        return series
 
 
-def read_step_time(lines: list[Line]) -> Series | None:
+class StepTime:
     """``step_time=`` values (s, or ms when every one says so)."""
-    found = [(line, m) for line in lines if (m := _STEP_TIME.search(line.text))]
-    if not found:
-        return None
-    in_ms = all(m.group(2) == "ms" for _, m in found)
-    scale = 1.0 if in_ms else 1000.0
-    return Series("step_time_ms" if in_ms else "step_time", "ms" if in_ms else "s", "logged",
-                  "one step (step_time)",
-                  [Sample(line.n, float(m.group(1)) * scale) for line, m in found])
+
+    def __init__(self) -> None:
+        self.records = Records()  # the unit written, if any, as the tag
+
+    def feed(self, line: Line) -> None:
+        m = _STEP_TIME.search(line.text) if "step_time" in line.text else None
+        if m:
+            self.records.add(Record(line.n, line.source, None, float(m.group(1)),
+                                    tag=m.group(2) or ""))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.records:
+            return None
+        in_ms = all(tag == "ms" for tag in self.records.tags)
+        scale = 1.0 if in_ms else 1000.0
+        return Series("step_time_ms" if in_ms else "step_time", "ms" if in_ms else "s",
+                      "logged", "one step (step_time)",
+                      Samples.columns(self.records.lines, _scaled(self.records.values, scale)))
 
 
-def read_litgpt(lines: list[Line]) -> Series | None:
+class Litgpt:
     """litgpt ``iter time`` per micro-iteration, optimizer-step iterations tagged."""
-    records, units = [], set()
-    for line in lines:
-        m = _LITGPT.search(line.text)
+
+    def __init__(self) -> None:
+        self.records = Records()
+        self.units: set[str] = set()
+
+    def feed(self, line: Line) -> None:
+        m = _LITGPT.search(line.text) if "iter time:" in line.text else None
         if m:
             tag = "optimizer.step" if "(optimizer.step)" in line.text else ""
-            units.add(m.group(3))
+            self.units.add(m.group(3))
             scale = 1000.0 if m.group(3) == "s" else 1.0
-            records.append(Record(line.n, line.source, int(m.group(1)),
-                                  float(m.group(2)) * scale, tag=tag))
-    if not records:
-        return None
-    notes: list[str] = []
-    records = _tidy(records, notes)
-    what = "one micro-iteration (iter time)"
-    if any(r.tag for r in records):
-        what += "; the log marks the iterations that end an optimizer step"
-    return Series("litgpt", "/".join(sorted(units)), "logged", what,
-                  [Sample(r.line, r.value or 0.0, r.step, tag=r.tag) for r in records],
-                  notes=notes)
+            self.records.add(Record(line.n, line.source, int(m.group(1)),
+                                    float(m.group(2)) * scale, tag=tag))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.records:
+            return None
+        notes: list[str] = []
+        records = _tidy(self.records, notes)
+        what = "one micro-iteration (iter time)"
+        if any(records.tags):
+            what += "; the log marks the iterations that end an optimizer step"
+        return Series("litgpt", "/".join(sorted(self.units)), "logged", what,
+                      Samples.columns(records.lines, records.values, records.steps,
+                                      tags=records.tags),
+                      notes=notes)
 
 
 # --- timestamped metric lines: torchtitan, deepspeed ---------------------------------------
 
-def read_torchtitan(lines: list[Line]) -> Series | None:
+class Torchtitan:
     """torchtitan metric lines: timestamps, else tokens per step / tps, else tps as a rate."""
-    records, rate_name = [], "tps"
-    for line in lines:
-        m = _TITAN.search(line.text)
+
+    def __init__(self) -> None:
+        self.records = Records()
+        self.rate_name = "tps"
+
+    def feed(self, line: Line) -> None:
+        m = _TITAN.search(line.text) if "loss:" in line.text else None
         if m:
             rate = _TITAN_RATE.search(line.text)
-            rate_name = rate.group(1) if rate else rate_name
-            records.append(Record(line.n, line.source, int(m.group(1)),
-                                  number(rate.group(2)) if rate else None, stamp(line)))
-    if not records:
-        return None
-    notes: list[str] = []
-    records = _tidy(records, notes)
-    if all(r.stamp is not None for r in records):
-        return _stamped("torchtitan", records, notes, lines)
-    return _titan_from_rate(records, rate_name, notes, lines)
+            self.rate_name = rate.group(1) if rate else self.rate_name
+            self.records.add(Record(line.n, line.source, int(m.group(1)),
+                                    number(rate.group(2)) if rate else None, stamp(line)))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.records:
+            return None
+        notes: list[str] = []
+        records = _tidy(self.records, notes)
+        if not any(math.isnan(s) for s in records.stamps):
+            return _stamped("torchtitan", records, notes, context)
+        return self._from_rate(records, notes, context)
+
+    def _from_rate(self, records: Records, notes: list[str], context: Context) -> Series:
+        """Step times from tokens per step (the config) and tps, else the tps series."""
+        rated = [r for r in records if r.value]
+        name = self.rate_name
+        if context.seq_len is not None and context.batch is not None:
+            tokens = context.seq_len * context.batch
+            return Series("torchtitan", "s", f"local_batch_size x seq_len ({tokens} tokens) / "
+                          f"{name}", "one step's mean over its log interval (from throughput)",
+                          (Sample(r.line, 1000.0 * tokens / (r.value or 1.0), r.step)
+                           for r in rated), notes=notes)
+        unit = "tokens/s" if name == "tps" else "words/s"
+        series = Series("torchtitan", unit, f"{name} (no timestamps, no seq_len and "
+                        "local_batch_size in the log)", f"the throughput over a log interval "
+                        f"({name}), not a step time",
+                        (Sample(r.line, r.value or 0.0, r.step) for r in rated), rate=True,
+                        notes=notes)
+        if not rated:
+            series.missing = "the metric lines carry no timestamps and no tps"
+        return series
 
 
-def _stamped(fmt: str, records: list[Record], notes: list[str], lines: list[Line]) -> Series:
+def _stamped(fmt: str, records: Records, notes: list[str], context: Context) -> Series:
     """A series of timestamp differences over the steps between consecutive records."""
     samples = stamp_samples(records)
     spans = {s.span for s in samples}
     what = ("one step (timestamp difference)" if spans == {1} else
             "the mean over the steps between two logged steps (timestamp difference / steps)")
     series = Series(fmt, "s", "timestamps", what, samples, wallclock=True, notes=notes,
-                    events=events(lines))
+                    events=context.events)
     if not samples:
         series.missing = (f"{len(records)} timestamped step line(s), no two of them with "
                           "increasing steps: a step time needs two")
     return series
 
 
-def _titan_from_rate(records: list[Record], rate_name: str, notes: list[str],
-                     lines: list[Line]) -> Series:
-    """Step times from tokens per step (the config) and tps, else the tps series."""
-    rated = [r for r in records if r.value]
-    seq = next((m for line in lines if (m := _SEQ_LEN.search(line.text))), None)
-    batch = next((m for line in lines if (m := _LOCAL_BATCH.search(line.text))), None)
-    if seq and batch:
-        tokens = int(seq.group(1)) * int(batch.group(1))
-        return Series("torchtitan", "s", f"local_batch_size x seq_len ({tokens} tokens) / "
-                      f"{rate_name}", "one step's mean over its log interval (from throughput)",
-                      [Sample(r.line, 1000.0 * tokens / (r.value or 1.0), r.step)
-                       for r in rated], notes=notes)
-    unit = "tokens/s" if rate_name == "tps" else "words/s"
-    series = Series("torchtitan", unit, f"{rate_name} (no timestamps, no seq_len and "
-                    "local_batch_size in the log)", f"the throughput over a log interval "
-                    f"({rate_name}), not a step time",
-                    [Sample(r.line, r.value or 0.0, r.step) for r in rated], rate=True,
-                    notes=notes)
-    if not rated:
-        series.missing = "the metric lines carry no timestamps and no tps"
-    return series
-
-
-def read_deepspeed(lines: list[Line]) -> Series | None:
+class Deepspeed:
     """DeepSpeed step and timer lines: timestamps, else ``CurrSamplesPerSec`` as a rate."""
-    steps, timers = [], []
-    for line in lines:
-        if m := _DS_STEP.search(line.text):
-            steps.append(Record(line.n, line.source, int(m.group(1)), None, stamp(line)))
-        elif m := _DS_TIMER.search(line.text):
+
+    def __init__(self) -> None:
+        self.steps, self.timers = Records(), Records()
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        if "] step=" in text and (m := _DS_STEP.search(text)):
+            self.steps.add(Record(line.n, line.source, int(m.group(1)), None, stamp(line)))
+        elif "SamplesPerSec=" in text and (m := _DS_TIMER.search(text)):
             current = float(m.group(2)) if m.group(2) else None
-            timers.append(Record(line.n, line.source, int(m.group(1)), current, stamp(line)))
-    if not steps and not timers:
-        return None
-    notes: list[str] = []
-    steps, timers = _tidy(steps, notes), _tidy(timers, [])
-    stamped = max((steps, timers), key=lambda rs: sum(r.stamp is not None for r in rs))
-    if sum(r.stamp is not None for r in stamped) >= 2:
-        return _stamped("deepspeed", stamped, notes, lines)
-    current = [r for r in timers if r.value is not None]
-    if current:
-        return Series("deepspeed", "samples/s", "CurrSamplesPerSec", "one step's throughput "
-                      "(CurrSamplesPerSec), not a step time",
-                      [Sample(r.line, r.value or 0.0, r.step) for r in current], rate=True,
-                      notes=notes)
-    logged = sorted({r.step for r in steps + timers if r.step is not None})
-    return Series("deepspeed", "s", "timestamps", "", notes=notes, missing=(
-        f"steps logged: {', '.join(map(str, logged[:4])) or 'none'}, fewer than two with a "
-        "timestamp; SamplesPerSec is DeepSpeed's running average since the start, "
-        "not a step time"))
+            self.timers.add(Record(line.n, line.source, int(m.group(1)), current, stamp(line)))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.steps and not self.timers:
+            return None
+        notes: list[str] = []
+        steps, timers = _tidy(self.steps, notes), _tidy(self.timers, [])
+        stamped = max((steps, timers), key=lambda rs: sum(not math.isnan(s) for s in rs.stamps))
+        if sum(not math.isnan(s) for s in stamped.stamps) >= 2:
+            return _stamped("deepspeed", stamped, notes, context)
+        current = [r for r in timers if r.value is not None]
+        if current:
+            return Series("deepspeed", "samples/s", "CurrSamplesPerSec", "one step's "
+                          "throughput (CurrSamplesPerSec), not a step time",
+                          (Sample(r.line, r.value or 0.0, r.step) for r in current), rate=True,
+                          notes=notes)
+        logged = sorted({s for s in (*steps.steps, *timers.steps) if s >= 0})
+        return Series("deepspeed", "s", "timestamps", "", notes=notes, missing=(
+            f"steps logged: {', '.join(map(str, logged[:4])) or 'none'}, fewer than two with a "
+            "timestamp; SamplesPerSec is DeepSpeed's running average since the start, "
+            "not a step time"))
 
 
 # --- hf-trainer ----------------------------------------------------------------------------
 
-def read_hf(lines: list[Line]) -> Series | None:
-    """HF Trainer loss dicts: cumulative ``train_runtime`` differences, or why there are none."""
-    dicts, counts = [], []  # (line, dict); (line, progress-bar count)
-    for line in lines:
-        for m in _HF_DICT.finditer(line.text):
-            value = _literal(m.group(0))
-            if value is not None and ("loss" in value or "train_runtime" in value):
-                dicts.append((line, value))
-        counts += [(line.n, int(m.group("n"))) for m in _BAR.finditer(line.text)]
-    if not dicts and not any(_HF_HEADER.search(line.text) for line in lines):
-        return None
-    timed = [(line, d) for line, d in dicts if "loss" in d and "train_runtime" in d]
-    series = Series("hf-trainer", "s", "train_runtime differences",
-                    "one logging interval (the difference of the cumulative train_runtime of "
-                    "consecutive loss dicts)", wallclock=True, events=events(lines))
-    if timed:
-        series.samples = _runtime_samples(timed, counts, series.notes)
+class HfTrainer:
+    """HF Trainer loss dicts: cumulative ``train_runtime`` differences, or why there are none.
+    A timed dict's step is the highest progress-bar count shown after it, before the next."""
+
+    def __init__(self) -> None:
+        self.timed = Records()  # loss dicts with a train_runtime (the stamp)
+        self.dicts = 0  # loss dicts, timed or not
+        self.summary: dict | None = None  # the first dict with a train_runtime
+        self.header = False
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        if "{'" in text:
+            for m in _HF_DICT.finditer(text):
+                self._dict(line, _literal(m.group(0)))
+        if not self.header and "Running training" in text:
+            self.header = bool(_HF_HEADER.search(text))
+        timed = self.timed
+        if timed and timed.lines[-1] < line.n and "[" in text:
+            for m in _BAR.finditer(text):
+                timed.steps[-1] = max(timed.steps[-1], int(m.group("n")))
+
+    def _dict(self, line: Line, value: dict | None) -> None:
+        if value is None or ("loss" not in value and "train_runtime" not in value):
+            return
+        self.dicts += 1
+        if "train_runtime" in value:
+            self.summary = self.summary or value
+            if "loss" in value and (runtime := _seconds(value["train_runtime"])) is not None:
+                self.timed.add(Record(line.n, line.source, None, None, runtime))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.dicts and not self.header:
+            return None
+        series = Series("hf-trainer", "s", "train_runtime differences",
+                        "one logging interval (the difference of the cumulative train_runtime "
+                        "of consecutive loss dicts)", wallclock=True, events=context.events)
+        if self.timed:
+            series.samples = Samples(_runtime_samples(self.timed, series.notes))
+            return series
+        series.missing = ("loss dicts carry no time (loss, learning_rate, epoch)" if self.dicts
+                          else "no loss dicts")
+        if self.summary is not None:
+            series.missing += (f"; train_runtime {self.summary['train_runtime']} s is one "
+                               "average over the run, not a series")
         return series
-    summary = next((d for _, d in dicts if "train_runtime" in d), None)
-    series.missing = ("loss dicts carry no time (loss, learning_rate, epoch)" if dicts else
-                      "no loss dicts")
-    if summary is not None:
-        series.missing += (f"; train_runtime {summary['train_runtime']} s is one average over "
-                           "the run, not a series")
-    return series
+
+
+def _seconds(value: object) -> float | None:
+    """A logged ``train_runtime`` as a number, or ``None`` when it is not one."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def _literal(text: str) -> dict | None:
@@ -414,31 +565,31 @@ def _literal(text: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _runtime_samples(timed: list[tuple[Line, dict]], counts: list[tuple[int, int]],
-                     notes: list[str]) -> list[Sample]:
-    """Runtime differences; a dict's step is the progress count shown before the next dict."""
-    ends = [line.n for line, _ in timed[1:]] + [10**12]
-    records = []
-    for (line, d), end in zip(timed, ends, strict=True):
-        shown = [c for n, c in counts if line.n < n < end]
-        records.append(Record(line.n, line.source, max(shown) if shown else None,
-                              None, float(d["train_runtime"])))
-    if any(r.step is None for r in records):
-        records = [r._replace(step=i + 1) for i, r in enumerate(records)]
+def _runtime_samples(timed: Records, notes: list[str]) -> list[Sample]:
+    """Runtime differences, from a start at 0 s and step 0 (one step per dict where no
+    progress bar shows between them)."""
+    records: Iterable[Record] = timed
+    if any(step < 0 for step in timed.steps):
+        records = (r._replace(step=i + 1) for i, r in enumerate(timed))
         notes.append("no progress bar between loss dicts: one step per dict assumed")
-    first = records[0]
-    start = Record(0, first.source, 0, None, 0.0)
-    return stamp_samples([start, *records])
+    start = Record(0, timed.sources[0], 0, None, 0.0)
+    return stamp_samples(chain([start], records))
 
 
 # --- tqdm ----------------------------------------------------------------------------------
 
-def _bar_states(lines: list[Line]) -> list[tuple[Record, str | None]]:
-    """Every progress-bar state: a record (elapsed seconds as its stamp, the text after the
-    elapsed time as its tag) and the bar's total. Bars counting anything else than iterations
-    (``examples/s``: dataset preparation) are not training steps and are left out."""
-    out = []
-    for line in lines:
+class Tqdm:
+    """Progress bars: elapsed differences when steps take a second or more, else the rate.
+    Every bar state counts, the ones a carriage return overwrote too; bars counting anything
+    else than iterations (``examples/s``: dataset preparation) are not training steps."""
+
+    def __init__(self) -> None:
+        self.states = Records()  # elapsed s as the stamp; the rate shown, its unit as the tag
+        self.totals: list[str | None] = []
+
+    def feed(self, line: Line) -> None:
+        if "[" not in line.raw:
+            return
         parts = line.raw.split("\r") if "\r" in line.raw else [line.text]
         for part in parts:
             for m in _BAR.finditer(_ANSI.sub("", part)):
@@ -446,53 +597,48 @@ def _bar_states(lines: list[Line]) -> list[tuple[Record, str | None]]:
                     continue
                 e = [int(x) for x in m.group("elapsed").split(":")]
                 elapsed = float(e[-1] + 60 * e[-2] + (3600 * e[-3] if len(e) > 2 else 0))
-                out.append((Record(line.n, line.source, int(m.group("n")), None, elapsed,
-                                   m.group("rest")), m.group("total")))
-    return out
+                rest = m.group("rest").split(",")
+                rate = _RATE.fullmatch(rest[1].strip()) if len(rest) > 1 else None
+                self.states.add(Record(line.n, line.source, int(m.group("n")),
+                                       float(rate.group(1)) if rate else None, elapsed,
+                                       rate.group(2) if rate else ""))
+                self.totals.append(m.group("total"))
+
+    def series(self, context: Context) -> Series | None:
+        if not self.states:
+            return None
+        notes: list[str] = []
+        records = self._longest(notes)
+        samples = [replace(s, tag="") for s in stamp_samples(records)]
+        if samples and statistics.median(s.value for s in samples) >= 1000.0:
+            return Series("tqdm", "s", "progress-bar elapsed differences (1-s resolution)",
+                          "one step (or the mean over the steps between two bar states)",
+                          samples, wallclock=True, notes=notes, events=context.events)
+        return _bar_rates(records, len(self.states), notes)
+
+    def _longest(self, notes: list[str]) -> Records:
+        """The longest bar run: a new one starts where the count falls or the total changes."""
+        steps, totals = self.states.steps, self.totals
+        starts = [0] + [i for i in range(1, len(steps))
+                        if totals[i] != totals[i - 1] or steps[i] < steps[i - 1]]
+        runs = list(zip(starts, [*starts[1:], len(steps)], strict=True))
+        first, end = max(runs, key=lambda run: len(set(steps[run[0]:run[1]])))
+        best = self.states.take(range(first, end))
+        if len(runs) > 1:
+            notes.append(f"{len(runs)} progress bars (the count restarts): the longest, "
+                         f"{line_range(best)}, read")
+        one, note = one_source(best)
+        notes += [note] if note else []
+        return dedupe(one)[0]
 
 
-def read_tqdm(lines: list[Line]) -> Series | None:
-    """Progress bars: elapsed differences when steps take a second or more, else the rate."""
-    states = _bar_states(lines)
-    if not states:
-        return None
-    notes: list[str] = []
-    records = _bar_runs(states, notes)
-    samples = [replace(s, tag="") for s in stamp_samples(records)]
-    if samples and statistics.median(s.value for s in samples) >= 1000.0:
-        return Series("tqdm", "s", "progress-bar elapsed differences (1-s resolution)",
-                      "one step (or the mean over the steps between two bar states)", samples,
-                      wallclock=True, notes=notes, events=events(lines))
-    return _bar_rates(records, len(states), notes)
-
-
-def _bar_runs(states: list[tuple[Record, str | None]], notes: list[str]) -> list[Record]:
-    """The longest bar run: a new one starts where the count falls or the total changes."""
-    runs: list[list[Record]] = []
-    last_total: object = object()
-    for record, total in states:
-        if not runs or total != last_total or (record.step or 0) < (runs[-1][-1].step or 0):
-            runs.append([])
-        runs[-1].append(record)
-        last_total = total
-    best = max(runs, key=lambda run: len({r.step for r in run}))
-    if len(runs) > 1:
-        notes.append(f"{len(runs)} progress bars (the count restarts): the longest, "
-                     f"{line_range(best)}, read")
-    one, note = one_source(best)
-    notes += [note] if note else []
-    return dedupe(one)[0]
-
-
-def _bar_rates(records: list[Record], states: int, notes: list[str]) -> Series:
+def _bar_rates(records: Records, states: int, notes: list[str]) -> Series:
     """The run's ``it/s`` or ``s/it`` column: tqdm's smoothed rate, a rate series."""
     samples, unit = [], "it/s"
     for r in records:
-        parts = r.tag.split(",")
-        m = _RATE.fullmatch(parts[1].strip()) if len(parts) > 1 else None
-        if m:
-            unit = m.group(2)
-            samples.append(Sample(r.line, float(m.group(1)), r.step))
+        if r.value is not None:
+            unit = r.tag
+            samples.append(Sample(r.line, r.value, r.step))
     series = Series("tqdm", unit, "progress-bar rate", f"tqdm's smoothed rate ({unit}), an "
                     "average since the start, not a step time", samples, rate=True,
                     smoothed=True, notes=notes)
@@ -504,20 +650,33 @@ def _bar_rates(records: list[Record], states: int, notes: list[str]) -> Series:
 
 # --- plain ---------------------------------------------------------------------------------
 
-def read_plain(lines: list[Line]) -> Series | None:
-    """A file of one number per line (comments and blank lines aside); ``None`` otherwise."""
-    body = [line for line in lines if line.text.strip() and not line.text.lstrip().startswith("#")]
-    found = [(line, m) for line in body if (m := _PLAIN.match(line.text))]
-    if not body or len(found) != len(body):
-        return None
-    values = [float(m.group(1)) for _, m in found]
-    seconds = statistics.median(values) < 10
-    scale = 1000.0 if seconds else 1.0
-    return Series("plain", "s (assumed: median under 10)" if seconds else "ms", "logged",
-                  "one step (one number per line)",
-                  [Sample(line.n, v * scale) for (line, _), v in zip(found, values, strict=True)])
+class Plain:
+    """A file of one number per line (comments and blank lines aside)."""
+
+    def __init__(self) -> None:
+        self.records = Records()
+        self.other = False  # a written line that is not a number
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        if self.other or not text.strip() or text.lstrip().startswith("#"):
+            return
+        m = _PLAIN.match(text)
+        if m:
+            self.records.add(Record(line.n, None, None, float(m.group(1))))
+        else:
+            self.other = True
+
+    def series(self, context: Context) -> Series | None:
+        if self.other or not self.records:
+            return None
+        values = self.records.values
+        seconds = statistics.median(values) < 10
+        scale = 1000.0 if seconds else 1.0
+        return Series("plain", "s (assumed: median under 10)" if seconds else "ms", "logged",
+                      "one step (one number per line)",
+                      Samples.columns(self.records.lines, _scaled(values, scale)))
 
 
-FAMILIES: tuple[Callable[[list[Line]], Series | None], ...] = (
-    read_megatron, read_nemo, read_step_time, read_litgpt, read_torchtitan, read_deepspeed,
-    read_hf, read_tqdm, read_plain)
+FAMILIES: tuple[Callable[[], Family], ...] = (
+    Megatron, Nemo, StepTime, Litgpt, Torchtitan, Deepspeed, HfTrainer, Tqdm, Plain)

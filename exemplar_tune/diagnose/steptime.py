@@ -44,9 +44,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections import Counter
 from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from exemplar_tune.diagnose import slow_ranks
 from exemplar_tune.diagnose.base import (
@@ -62,9 +65,9 @@ from exemplar_tune.diagnose.base import (
     finding,
     read_all,
 )
-from exemplar_tune.diagnose.steplog import Line, NoTiming, Sample, Series
+from exemplar_tune.diagnose.steplog import Line, NoTiming, Samples, Series
 from exemplar_tune.diagnose.steplog_formats import (
-    read_lines,
+    StepLines,
     read_series,
     recognised,
     wanted,
@@ -84,6 +87,8 @@ ASHMAN_D = 3.5  # a normal (2.7) or uniform (3.5) split stays below this
 MIN_GAP = 0.03  # gap between two modes (or levels), fraction of the median
 MODE_SHARE = 0.10
 SHIFT_MIN = 5
+MAX_SPIKES_SHOWN = 64  # stall iterations listed in the summary (all count)
+BLOCK = 1 << 16  # splits scored at once (:func:`best_split`)
 
 
 def sniff(text: str) -> bool:
@@ -102,56 +107,99 @@ def parse_steps(text: str) -> tuple[str, str, list[tuple[int, float, int | None]
     return series.fmt, series.unit, [(s.line, s.value, s.iteration) for s in series.samples]
 
 
-def percentile(ordered: list[float], q: float) -> float:
+def _floats(values: Any) -> np.ndarray:
+    """Values as a float array (a view of an ``array('d')``, no copy)."""
+    if isinstance(values, array):
+        return np.frombuffer(values, dtype=np.float64)
+    return np.asarray(values, dtype=np.float64)
+
+
+def _exact(values: np.ndarray) -> memoryview:
+    """The values as Python floats for :mod:`statistics`' and ``math.fsum``'s exact sums,
+    read in place."""
+    return memoryview(np.ascontiguousarray(values, dtype=np.float64))
+
+
+def _mean(values: np.ndarray) -> float:
+    """The correctly rounded mean (``statistics.fmean``)."""
+    return math.fsum(_exact(values)) / len(values)
+
+
+def _middle(ordered: np.ndarray) -> float:
+    """The median of sorted values (``statistics.median``), without a copy."""
+    half = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[half])
+    return float((ordered[half - 1] + ordered[half]) / 2)
+
+
+def percentile(ordered: Any, q: float) -> float:
     """Linear-interpolated percentile ``q`` (0-100) of sorted values."""
     pos = (len(ordered) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
 
 
-def separation(low: list[float], high: list[float], median: float) -> dict[str, float]:
+def separation(low: Any, high: Any, median: float) -> dict[str, float]:
     """Means of two groups, Ashman's D and the gap relative to ``median``."""
+    low, high = _exact(_floats(low)), _exact(_floats(high))
     spread = math.sqrt(statistics.pvariance(low) + statistics.pvariance(high)) or 1e-9
     gap = statistics.fmean(high) - statistics.fmean(low)
     return {"ashman_d": round(math.sqrt(2) * abs(gap) / spread, 2),
             "gap_pct": round(100.0 * gap / median, 2) if median else 0.0}
 
 
-def two_clusters(values: list[float]) -> dict[str, Any]:
-    """Best two-group split of the values (Otsu), and whether it meets the bimodality rule."""
-    xs = sorted(values)
-    n, total = len(xs), sum(xs)
-    best, left = (-1.0, 1), 0.0
-    for i in range(1, n):
-        left += xs[i - 1]
-        between = i * (n - i) * (left / i - (total - left) / (n - i)) ** 2
-        best = max(best, (between, i))
-    low, high = xs[:best[1]], xs[best[1]:]
-    sep = separation(low, high, statistics.median(xs))
+def best_split(values: np.ndarray, first: int, end: int, last: bool = False) -> int:
+    """The ``k`` in ``[first, end)`` that best splits ``values`` into ``values[:k]`` and
+    ``values[k:]``: the largest ``k (n - k) (mean before - mean after)^2`` (Otsu's
+    between-group variance, times ``n^2``); of equal ones the first, or the ``last``. Scored
+    :data:`BLOCK` splits at a time, so it holds a few arrays of that size beside the sums."""
+    n = len(values)
+    sums = np.cumsum(values)
+    total = sums[-1]
+    best_k, best = first, -1.0
+    for start in range(first, end, BLOCK):
+        k = np.arange(start, min(start + BLOCK, end))
+        left = sums[k - 1]
+        score = k * (n - k) * (left / k - (total - left) / (n - k)) ** 2
+        j = len(score) - 1 - int(np.argmax(score[::-1])) if last else int(np.argmax(score))
+        if score[j] > best or (last and score[j] == best):
+            best_k, best = start + j, float(score[j])
+    return best_k
+
+
+def two_clusters(values: Any) -> dict[str, Any]:
+    """Best two-group split of the values (Otsu), and whether it meets the bimodality rule;
+    of equally good splits, the highest."""
+    xs = _floats(values)
+    if not (xs[1:] >= xs[:-1]).all():  # sorted already when step_stats asks
+        xs = np.sort(xs)
+    n = len(xs)
+    cut = best_split(xs, 1, n, last=True)
+    low, high = xs[:cut], xs[cut:]
+    sep = separation(low, high, _middle(xs))
     share = len(high) / n
     bimodal = (n >= MIN_JUDGE and MODE_SHARE <= share <= 1 - MODE_SHARE
                and sep["ashman_d"] >= ASHMAN_D and sep["gap_pct"] >= 100 * MIN_GAP)
-    return {"low_ms": round(statistics.fmean(low), 2), "high_ms": round(statistics.fmean(high), 2),
-            "cut_ms": round(high[0], 3), "high_fraction": round(share, 4), **sep,
+    return {"low_ms": round(_mean(low), 2), "high_ms": round(_mean(high), 2),
+            "cut_ms": round(float(high[0]), 3), "high_fraction": round(share, 4), **sep,
             "bimodal": bimodal}
 
 
-def level_shift(values: list[float]) -> dict[str, Any] | None:
-    """The best before/after split of the series when it meets the level-shift rule."""
+def level_shift(values: Any, median: float | None = None) -> dict[str, Any] | None:
+    """The best before/after split of the series when it meets the level-shift rule; of
+    equally good splits, the earliest. ``median``: the values', when it is known."""
+    values = _floats(values)
     n = len(values)
     if n < SHIFT_MIN:
         return None
-    prefix = [0.0]
-    for v in values:
-        prefix.append(prefix[-1] + v)
-    best = max(range(2, n - 1), key=lambda k: k * (n - k) * (
-        prefix[k] / k - (prefix[n] - prefix[k]) / (n - k)) ** 2)
+    best = best_split(values, 2, n - 1)
     before, after = values[:best], values[best:]
-    sep = separation(before, after, statistics.median(values))
+    sep = separation(before, after, float(np.median(values)) if median is None else median)
     if sep["ashman_d"] < ASHMAN_D or abs(sep["gap_pct"]) < 100 * MIN_GAP:
         return None
-    return {"at": best, "before_ms": round(statistics.fmean(before), 2),
-            "after_ms": round(statistics.fmean(after), 2), **sep}
+    return {"at": best, "before_ms": round(_mean(before), 2),
+            "after_ms": round(_mean(after), 2), **sep}
 
 
 def periodicity(spikes: list[int]) -> dict[str, Any]:
@@ -172,71 +220,80 @@ def default_warmup(n: int) -> int:
     return min(max(10, round(0.05 * n)), n // 4)
 
 
-def step_stats(ms: list[float], log_interval: int = 1) -> dict[str, Any]:
-    """Distribution of the kept steps, the stall threshold and the stalls above it."""
-    ordered = sorted(ms)
-    med = statistics.median(ordered)
-    mad = statistics.median(abs(v - med) for v in ordered)
+def step_stats(ms: Any, log_interval: int = 1) -> dict[str, Any]:
+    """Distribution of the kept steps, the stall threshold and the stalls above it
+    (``spike_positions``: their indices in ``ms``; ``median``: not rounded)."""
+    ms = _floats(ms)
+    ordered = np.sort(ms)
+    med = _middle(ordered)
+    deviation = ordered - med
+    mad = float(np.median(np.abs(deviation, out=deviation), overwrite_input=True))
+    del deviation
     threshold = med + max(STALL_MIN_MS / log_interval, STALL_MAD * mad)
-    spikes = [i for i, v in enumerate(ms) if v > threshold]
-    excess = [ms[i] - med for i in spikes]
-    mean = statistics.fmean(ordered)
+    spikes = np.flatnonzero(ms > threshold)
+    excess = ms[spikes] - med
+    total = math.fsum(_exact(ordered))
+    mean = total / len(ms)
     return {
         "steps": len(ms), "mean_ms": round(mean, 3), "median_ms": round(med, 3),
         "p95_ms": round(percentile(ordered, 95), 2), "p99_ms": round(percentile(ordered, 99), 2),
-        "cv": round(statistics.pstdev(ordered) / mean, 4) if mean else 0.0,
+        "cv": round(statistics.pstdev(_exact(ordered)) / mean, 4) if mean else 0.0,
         "mad_ms": round(mad, 3), "stall_threshold_ms": round(threshold, 2),
         "tail_fraction": round(len(spikes) / len(ms), 4),
-        "stall_ms": round(statistics.median(excess), 2) if excess else 0.0,
-        "lost_pct": round(100.0 * sum(excess) / sum(ordered), 2) if sum(ordered) else 0.0,
-        "spike_positions": spikes, "clusters": two_clusters(ms) if len(ms) > 2 else None,
-        "periodicity": periodicity(spikes),
+        "stall_ms": round(float(np.median(excess)), 2) if len(excess) else 0.0,
+        "lost_pct": round(100.0 * math.fsum(_exact(excess)) / total, 2) if total else 0.0,
+        "spike_positions": spikes, "median": med,
+        "clusters": two_clusters(ordered) if len(ms) > 2 else None,
+        "periodicity": periodicity(spikes.tolist()),
     }
 
 
-def describe(values: list[float], suffix: str = "_ms") -> dict[str, float]:
+def describe(values: Any, suffix: str = "_ms") -> dict[str, float]:
     """Mean, median, CV, min and max of every sample read."""
-    mean = statistics.fmean(values)
-    return {f"mean{suffix}": round(mean, 4), f"median{suffix}": round(statistics.median(values), 4),
-            "cv": round(statistics.pstdev(values) / mean, 5) if mean else 0.0,
-            f"min{suffix}": round(min(values), 4), f"max{suffix}": round(max(values), 4)}
+    values = _floats(values)
+    mean = _mean(values)
+    return {f"mean{suffix}": round(mean, 4),
+            f"median{suffix}": round(float(np.median(values)), 4),
+            "cv": round(statistics.pstdev(_exact(values)) / mean, 5) if mean else 0.0,
+            f"min{suffix}": round(float(values.min()), 4),
+            f"max{suffix}": round(float(values.max()), 4)}
 
 
 # --- warm-up and exclusions ----------------------------------------------------------------
 
-def _first_iterations(samples: list[Sample]) -> list[int]:
+def _first_iterations(samples: Samples) -> np.ndarray:
     """The first iteration each sample covers (counted from 1 when the log has no numbers)."""
-    if all(s.iteration is not None for s in samples):
-        return [(s.iteration or 0) - s.span + 1 for s in samples]
-    out, at = [], 1
-    for s in samples:
-        out.append(at)
-        at += s.span
-    return out
+    iterations = np.frombuffer(samples.iterations, dtype=np.int64)
+    spans = np.frombuffer(samples.spans, dtype=np.int64)
+    if (iterations >= 0).all():
+        return iterations - spans + 1
+    return np.concatenate(([1], 1 + np.cumsum(spans)[:-1]))
 
 
-def warmup(samples: list[Sample], expectations: dict[str, Any], interval: int) -> tuple[int, str]:
+def warmup(samples: Samples, expectations: dict[str, Any], interval: int) -> tuple[int, str]:
     """How many leading samples are warm-up, and the rule that said so."""
     firsts = _first_iterations(samples)
-    spanned = firsts[-1] + samples[-1].span - firsts[0]
+    start = int(firsts[0])
+    spanned = int(firsts[-1]) + samples.spans[-1] - start
     explicit = "warmup_steps" in expectations
     width = int(expectations["warmup_steps"]) if explicit else default_warmup(spanned)
-    window = sum(1 for f in firsts if f <= width)
+    window = int((firsts <= width).sum())
     first = f"the first {_plural(width, 'iteration')}"
     if window == 0:
-        if firsts[0] > 1:
-            return 0, f"none: the log starts at iteration {firsts[0]}" + (
+        if start > 1:
+            return 0, f"none: the log starts at iteration {start}" + (
                 f", after {first}" if width else "")
         return 0, "none: the log is too short for a warm-up window"
     if explicit:
         return window, f"{first} (warmup_steps)"
     if len(samples) - window >= MIN_JUDGE:
         return window, f"{first} (10 or 5 % of the {spanned} the log spans, at most a quarter)"
-    threshold = step_stats([s.value for s in samples], interval)["stall_threshold_ms"]
-    outstanding = [i for i in range(window) if samples[i].value > threshold]
-    if not outstanding:
+    values = _floats(samples.values)
+    threshold = step_stats(values, interval)["stall_threshold_ms"]
+    outstanding = np.flatnonzero(values[:window] > threshold)
+    if not len(outstanding):
         return 0, f"none: no sample in {first} stands out"
-    keep = outstanding[-1] + 1
+    keep = int(outstanding[-1]) + 1
     if len(samples) - keep < MIN_SAMPLES:
         return 0, (f"not dropped: the first {_plural(keep, 'sample')}, through the last that "
                    f"stands out in {first}, would leave fewer than {MIN_SAMPLES}")
@@ -252,32 +309,33 @@ def excluded(series: Series, start: int) -> dict[int, str]:
     """Samples (index in the series, from ``start``) whose interval holds non-training work."""
     if not series.wallclock or not series.events:
         return {}
-    out = {}
-    for i in range(start, len(series.samples)):
-        since = series.samples[i].since
-        if since is None and i == 0:
-            continue
-        lo = since if since is not None else series.samples[i - 1].line
-        hi = series.samples[i].line
-        why = next((w for n, w in series.events if lo < n < hi), None)
-        if why:
-            out[i] = why
-    return out
+    samples = series.samples
+    lines = np.frombuffer(samples.lines, dtype=np.int64)
+    sinces = np.frombuffer(samples.sinces, dtype=np.int64)
+    before = np.concatenate(([-1], lines[:-1]))
+    lo = np.where(sinces >= 0, sinces, before)[start:]
+    hi = lines[start:]
+    at = np.array([n for n, _ in series.events], dtype=np.int64)
+    first = np.searchsorted(at, lo, side="right")  # the first event after each interval's start
+    inside = (first < len(at)) & (at[np.minimum(first, len(at) - 1)] < hi)
+    if start == 0 and sinces[0] < 0:
+        inside[0] = False  # the first sample's interval starts nowhere
+    return {start + int(i): series.events[int(first[i])][1] for i in np.flatnonzero(inside)}
 
 
 # --- findings ------------------------------------------------------------------------------
 
-def judge_stalls(source: str, st: dict[str, Any], lines: list[int], interval: int,
+def judge_stalls(source: str, st: dict[str, Any], lines: np.ndarray, interval: int,
                  judged: bool) -> Finding:
     """Housekeeping stalls: pass, warn or fail on the judged samples; info when too few."""
-    ev = [cite(source, lines, "step time")] if lines else []
+    ev = [cite(source, lines, "step time")] if len(lines) else []
     vals = {k: st[k] for k in ("tail_fraction", "stall_ms", "lost_pct", "stall_threshold_ms",
                                "median_ms", "periodicity")}
     if not judged:
         return finding(CHECK_STALLS, INFO, f"stalls not judged: {st['steps']} samples (at "
                        f"least {MIN_JUDGE} needed); {len(lines)} above the "
                        f"{st['stall_threshold_ms']:g} ms threshold", ev, **vals)
-    if not lines:
+    if not len(lines):
         return finding(CHECK_STALLS, PASS, f"no stalls: no step above "
                        f"{st['stall_threshold_ms']:g} ms (median {st['median_ms']:g} ms)", **vals)
     period = st["periodicity"]
@@ -293,14 +351,15 @@ def judge_stalls(source: str, st: dict[str, Any], lines: list[int], interval: in
     return finding(CHECK_STALLS, FAIL if heavy else WARN, text, ev, **vals)
 
 
-def judge_shape(source: str, st: dict[str, Any], judged: list[Sample],
+def judge_shape(source: str, st: dict[str, Any], samples: Samples, judged: np.ndarray,
                 shift: dict[str, Any] | None) -> Finding:
-    """Stability: a level shift, bimodality, else the CV (info when too few to judge)."""
+    """Stability: a level shift, bimodality, else the CV (info when too few to judge);
+    ``judged``: the indices of the judged samples."""
     cl = st["clusters"]
-    ev = [cite(source, [s.line for s in judged], "step time")]
+    ev = [cite(source, np.frombuffer(samples.lines, dtype=np.int64)[judged], "step time")]
     vals = {"cv": st["cv"], "clusters": cl, "shift": shift}
     if shift:
-        at = judged[shift["at"]]
+        at = samples[int(judged[shift["at"]])]
         where = f"iteration {at.iteration}" if at.iteration is not None else f"line {at.line}"
         return finding(CHECK_SHAPE, WARN, f"level shift: step time {shift['before_ms']:g} ms -> "
                        f"{shift['after_ms']:g} ms ({shift['gap_pct']:+g} %) from {where}", ev,
@@ -308,7 +367,7 @@ def judge_shape(source: str, st: dict[str, Any], judged: list[Sample],
     if cl and cl["bimodal"]:
         return finding(CHECK_SHAPE, WARN, f"bimodal step time: {cl['low_ms']:g} ms and "
                        f"{cl['high_ms']:g} ms ({cl['high_fraction']:.0%} of steps)"
-                       f"{_accumulation(judged, cl)}", ev, bimodal=True, **vals)
+                       f"{_accumulation(samples, judged, cl)}", ev, bimodal=True, **vals)
     text = f"step time CV {st['cv']:.1%}, p99 {st['p99_ms']:g} ms vs median {st['median_ms']:g} ms"
     if st["steps"] < MIN_JUDGE:
         return finding(CHECK_SHAPE, INFO, f"{text}; {st['steps']} samples: too few to judge "
@@ -317,11 +376,14 @@ def judge_shape(source: str, st: dict[str, Any], judged: list[Sample],
     return finding(CHECK_SHAPE, status, text, ev, bimodal=False, **vals)
 
 
-def _accumulation(judged: list[Sample], cl: dict[str, Any]) -> str:
+def _accumulation(samples: Samples, judged: np.ndarray, cl: dict[str, Any]) -> str:
     """A note when the slow mode is exactly the iterations the log marks as optimizer steps."""
-    marked = {i for i, s in enumerate(judged) if s.tag == "optimizer.step"}
-    slow = {i for i, s in enumerate(judged) if s.value >= cl["cut_ms"]}
-    if not marked or len(marked & slow) < 0.9 * max(len(marked), len(slow)):
+    if "optimizer.step" not in samples.tags:
+        return ""
+    marked = np.array([samples.tags[i] == "optimizer.step" for i in judged], dtype=bool)
+    slow = _floats(samples.values)[judged] >= cl["cut_ms"]
+    both, most = int((marked & slow).sum()), max(int(marked.sum()), int(slow.sum()))
+    if not marked.any() or both < 0.9 * most:
         return ""
     return "; the slow mode is the iterations that end an optimizer step (gradient accumulation)"
 
@@ -329,15 +391,16 @@ def _accumulation(judged: list[Sample], cl: dict[str, Any]) -> str:
 # --- reports -------------------------------------------------------------------------------
 
 class StepReader:
-    """A step-time log read as a stream (:class:`~.base.LineReader`): it keeps the lines a
-    family could use (:func:`~.steplog_formats.wanted`), the two after a Megatron record that
-    may wrap, and the first other written line (a column of numbers is one only without it);
-    the series are read from those when the report is asked for. What it holds grows with the
-    steps logged, not with the other lines."""
+    """A step-time log read as a stream (:class:`~.base.LineReader`): every family reads the
+    lines it could use (:func:`~.steplog_formats.wanted`), the two after a Megatron record
+    that may wrap, and the first other written line (a column of numbers is one only without
+    it), once for the whole log and once for the line's own source (:class:`~.slow_ranks.
+    RankLines`). What it holds grows with the steps logged, not with the lines."""
 
     def __init__(self, source: str, expectations: dict[str, Any]) -> None:
         self.source, self.expectations = source, expectations
-        self.lines: list[Line] = []
+        self.log = StepLines()
+        self.ranks = slow_ranks.RankLines()
         self._follow = 0
         self._other = False
 
@@ -350,10 +413,20 @@ class StepReader:
             return
         else:
             self._other = True
-        self.lines.append(Line(n, line, raw, source))
+        kept = Line(n, line, raw, source)
+        self.log.feed(kept)
+        self.ranks.feed(kept)
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
-        return report_of(self.lines, self.source, self.expectations, files)
+        """The step-time report; ``DiagnoseError`` (one line) when it cannot be made."""
+        try:
+            series = self.log.series()
+        except NoTiming as exc:
+            raise DiagnoseError(f"{self.source}: {exc}") from None
+        self.log = StepLines()  # its records are read into the series: let them go
+        report = report_of(series, self.source, self.expectations)
+        ranks = slow_ranks.judge(self.source, self.ranks.series(), files)
+        return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
@@ -361,28 +434,20 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     return read_all(StepReader(source, expectations), text)
 
 
-def report_of(lines: list[Line], source: str, expectations: dict[str, Any],
-              files: tuple[tuple[str, int], ...] = ()) -> Report:
-    """The step-time report of a log's ``lines`` (those a family can use, in order);
-    ``DiagnoseError`` (one line) when it cannot be made."""
-    try:
-        series = read_lines(lines)
-    except NoTiming as exc:
-        raise DiagnoseError(f"{source}: {exc}") from None
+def report_of(series: Series, source: str, expectations: dict[str, Any]) -> Report:
+    """The step-time report of one series; ``DiagnoseError`` (one line) when it cannot be
+    made."""
     n = len(series.samples)
     head = {"format": series.fmt, "unit": series.unit, "timing": series.timing,
             "sample_is": series.sample_is, "samples": n,
-            "log_interval": int(statistics.median(s.span for s in series.samples))}
+            "log_interval": int(np.median(np.frombuffer(series.samples.spans, dtype=np.int64)))}
     if series.notes:
         head["notes"] = list(series.notes)
     if n < MIN_SAMPLES:
-        report = _short_report(series, source, head)
-    elif series.rate:
-        report = _rate_report(series, source, head)
-    else:
-        report = _time_report(series, source, head, expectations)
-    ranks = slow_ranks.judge(source, slow_ranks.rank_series(lines), files)
-    return replace(report, findings=[*report.findings, ranks]) if ranks else report
+        return _short_report(series, source, head)
+    if series.rate:
+        return _rate_report(series, source, head)
+    return _time_report(series, source, head, expectations)
 
 
 def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:
@@ -392,14 +457,13 @@ def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:
              + (f" (iteration {s.iteration})" if s.iteration is not None else f" (line {s.line})")
              for s in series.samples]
     n = len(series.samples)
-    ev = [cite(source, [s.line for s in series.samples], series.unit)]
+    ev = [cite(source, series.samples.lines, series.unit)]
     why = (f"{_plural(n, 'rate value' if series.rate else 'timed step')} in the log: no "
            f"distribution can be judged (at least {MIN_SAMPLES} needed)")
     steps = [{"iteration": s.iteration, "line": s.line, "value": s.value, "span": s.span}
              for s in series.samples]
     summary = {**head, "judged": False, "steps": steps,
-               "read": describe([s.value for s in series.samples],
-                                "_ms" if not series.rate else "")}
+               "read": describe(series.samples.values, "_ms" if not series.rate else "")}
     return Report(source, KIND, summary, [
         finding(CHECK_STALLS, INFO, f"stalls not judged: {why}", ev),
         finding(CHECK_SHAPE, INFO, f"{series.sample_is}: {', '.join(shown)}; {why}", ev)])
@@ -408,39 +472,45 @@ def _short_report(series: Series, source: str, head: dict[str, Any]) -> Report:
 def _time_report(series: Series, source: str, head: dict[str, Any],
                  expectations: dict[str, Any]) -> Report:
     """Warm-up, exclusions, statistics and findings of a series of times."""
-    interval = head["log_interval"]
-    warm, rule = warmup(series.samples, expectations, interval)
-    if len(series.samples) - warm < MIN_SAMPLES:
-        raise DiagnoseError(f"{source}: step-time log with {len(series.samples) - warm} steps "
+    samples, interval = series.samples, head["log_interval"]
+    n = len(samples)
+    warm, rule = warmup(samples, expectations, interval)
+    if n - warm < MIN_SAMPLES:
+        raise DiagnoseError(f"{source}: step-time log with {n - warm} steps "
                             f"after warm-up ({rule}; at least {MIN_SAMPLES} needed)")
     out = excluded(series, warm)
-    if len(series.samples) - warm - len(out) < MIN_SAMPLES:
+    if n - warm - len(out) < MIN_SAMPLES:
         out = {}
-    kept = [(i, s) for i, s in enumerate(series.samples) if i >= warm and i not in out]
-    judged = [s for _, s in kept]
-    st = step_stats([s.value for s in judged], interval)
-    spikes = [kept[i] for i in st.pop("spike_positions")]
+    judged = np.arange(warm, n, dtype=np.int32 if n < 2**31 else np.int64)
+    if out:
+        judged = judged[~np.isin(judged, list(out))]
+    values = _floats(samples.values)
+    values = values[judged] if out else values[warm:]
+    st = step_stats(values, interval)
+    spikes = judged[st.pop("spike_positions")]
     if st["periodicity"]["period_steps"]:
         st["periodicity"]["period_steps"] *= interval
-    shift = level_shift([s.value for s in judged])
-    summary = {**head, "read": describe([s.value for s in series.samples]), "warmup": warm,
-               "warmup_rule": rule,
-               "excluded": [{"iteration": series.samples[i].iteration,
-                             "line": series.samples[i].line, "why": why}
-                            for i, why in out.items()],
+    shift = level_shift(values, st.pop("median"))
+    iterations = np.frombuffer(samples.iterations, dtype=np.int64)
+    summary = {**head, "read": describe(samples.values), "warmup": warm, "warmup_rule": rule,
+               "excluded": [{"iteration": samples[i].iteration, "line": samples[i].line,
+                             "why": why} for i, why in out.items()],
                **st, "shift": shift,
-               "spike_steps": [s.iteration if s.iteration is not None else i + 1
-                               for i, s in spikes]}
-    stalls = judge_stalls(source, st, [s.line for _, s in spikes], interval,
-                          len(judged) >= MIN_JUDGE)
+               "spike_steps": [int(iterations[i]) if iterations[i] >= 0 else int(i) + 1
+                               for i in spikes[:MAX_SPIKES_SHOWN]]}
+    if len(spikes) > MAX_SPIKES_SHOWN:
+        summary["spike_steps_shown"] = f"the first {MAX_SPIKES_SHOWN} of {len(spikes)}"
+    stalls = judge_stalls(source, st, np.frombuffer(samples.lines, dtype=np.int64)[spikes],
+                          interval, len(judged) >= MIN_JUDGE)
     if out:
-        left = ", ".join(f"{why} in the interval to iteration {series.samples[i].iteration}"
-                         if series.samples[i].iteration is not None else
-                         f"{why} in the interval to line {series.samples[i].line}"
+        left = ", ".join(f"{why} in the interval to iteration {samples[i].iteration}"
+                         if samples[i].iteration is not None else
+                         f"{why} in the interval to line {samples[i].line}"
                          for i, why in out.items())
         stalls = replace(stalls, message=f"{stalls.message}; {_plural(len(out), 'sample')} "
                          f"left out, not stalls: {left}")
-    return Report(source, KIND, summary, [stalls, judge_shape(source, st, judged, shift)])
+    return Report(source, KIND, summary, [stalls, judge_shape(source, st, samples, judged,
+                                                              shift)])
 
 
 def _per_iteration(value: float, unit: str) -> str:
@@ -452,21 +522,22 @@ def _per_iteration(value: float, unit: str) -> str:
 
 def _rate_report(series: Series, source: str, head: dict[str, Any]) -> Report:
     """A rate series described (mean, CV, trend); never judged as step times."""
-    values = [s.value for s in series.samples]
+    values = _floats(series.samples.values)
     read = describe(values, "")
     if series.unit in ("it/s", "s/it"):
-        per_it = [1000.0 / v if series.unit == "it/s" else 1000.0 * v for v in values if v]
-        if per_it:
+        rated = values[values != 0]
+        per_it = 1000.0 / rated if series.unit == "it/s" else 1000.0 * rated
+        if len(per_it):
             read.update({k if k != "cv" else "cv_ms": v for k, v in describe(per_it).items()})
     trend = _trend(values)
-    ev = [cite(source, [s.line for s in series.samples], series.unit)]
+    ev = [cite(source, series.samples.lines, series.unit)]
     what = f"{series.sample_is} ({len(values)} values)"
     stalls = finding(CHECK_STALLS, INFO, f"stalls not judged: the log gives {what}", ev)
     text = (f"{series.unit} mean {read['mean']:.4g}, CV {read['cv']:.1%}; not judged for "
             "bimodality: not step times")
     if trend:
-        text += (f"; it {trend} over all {len(values)} samples ({values[0]:g} -> "
-                 f"{values[-1]:g} {series.unit})")
+        text += (f"; it {trend} over all {len(values)} samples ({float(values[0]):g} -> "
+                 f"{float(values[-1]):g} {series.unit})")
         faster = (trend == "rises") == (series.unit != "s/it")
         if series.smoothed and faster:
             text += ": a smoothed average still leaving the slow first steps"
@@ -474,14 +545,14 @@ def _rate_report(series: Series, source: str, head: dict[str, Any]) -> Report:
     return Report(source, KIND, {**head, "read": read, "trend": trend}, [stalls, shape])
 
 
-def _trend(values: list[float]) -> str | None:
+def _trend(values: np.ndarray) -> str | None:
     """``rises`` or ``falls`` when every step of the series does, else ``None``."""
-    pairs = list(zip(values, values[1:], strict=False))
     if len(values) < MIN_SAMPLES:
         return None
-    if all(b > a for a, b in pairs):
+    steps = np.diff(values)
+    if (steps > 0).all():
         return "rises"
-    return "falls" if all(b < a for a, b in pairs) else None
+    return "falls" if (steps < 0).all() else None
 
 
 ANALYZER = Analyzer(KIND, sniff, analyze, StepReader)
