@@ -19,12 +19,14 @@ benchmark run on each host alone.
 
 from __future__ import annotations
 
-import statistics
+from array import array
 from dataclasses import dataclass
+
+import numpy as np
 
 from exemplar_tune.diagnose.base import INFO, PASS, WARN, Finding, cite, finding
 from exemplar_tune.diagnose.normalize import place
-from exemplar_tune.diagnose.steplog import Line, NoTiming, Series
+from exemplar_tune.diagnose.steplog import Line, NoTiming, Samples
 from exemplar_tune.diagnose.steplog_formats import StepLines
 
 CHECK = "workload.slow-ranks"
@@ -37,6 +39,7 @@ REPEAT = 0.5
 MIN_BEHIND = 3
 MAX_HIDDEN = 0.10  # a rank this much slower could hide in the ranks' disagreement: cannot tell
 MAX_RANKS = 4096  # ranks compared (the first seen); each one's series is read apart
+CHUNK = 1 << 16  # entries (rank x iteration) compared at a time
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,30 @@ class RankVerdict:
     behind: int
     excess: float  # median relative excess over the ranks' median where behind
     lines: tuple[int, ...]
+
+
+class RankTimes:
+    """Every rank's step times, one entry per sample in four columns: the rank (an index into
+    ``names``), the iteration (counted from 1 where the log numbers none), the time and the
+    line. A few dozen bytes an entry, whatever the log wrote around it."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ranks, self.steps = array("i"), array("q")
+        self.times, self.lines = array("d"), array("q")
+
+    def add(self, name: str, samples: Samples) -> None:
+        """One rank's samples, after the ranks added before it."""
+        iterations = np.frombuffer(samples.iterations, dtype=np.int64)
+        counted = np.where(iterations >= 0, iterations, np.arange(1, len(samples) + 1))
+        self.ranks.extend(array("i", [len(self.names)]) * len(samples))
+        self.steps.frombytes(counted.astype(np.int64).tobytes())
+        self.times.extend(samples.values)
+        self.lines.extend(samples.lines)
+        self.names.append(name)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 class RankLines:
@@ -71,63 +98,122 @@ class RankLines:
             rank.feed(Line(line.n - 1, "", "", None))
         rank.feed(line)
 
-    def series(self) -> dict[str, Series]:
+    def times(self) -> RankTimes:
         """Each source's own series of step times (rates and unreadable sources left out);
         none for one source: nothing to compare."""
+        out = RankTimes()
         if len(self.ranks) < 2:
-            return {}
-        out = {}
+            return out
         for source in sorted(self.ranks):
             try:
-                series = self.ranks[source].series()
+                series = self.ranks.pop(source).series()  # its records go once read
             except NoTiming:
                 continue
             if not series.rate and series.samples:
-                out[source] = series
+                out.add(source, series.samples)
         return out
 
 
-def verdicts(series: dict[str, Series]) -> tuple[list[RankVerdict], int, float]:
+def verdicts(times: RankTimes) -> tuple[list[RankVerdict], int, float]:
     """Per rank, the iterations it was behind in; how many iterations were compared; and the
     ranks' typical disagreement (the median over those iterations of ``MAD_SCALE`` x MAD /
-    median)."""
-    by_step: dict[int, dict[str, tuple[float, int]]] = {}
-    for rank, one in series.items():
-        for index, sample in enumerate(one.samples):
-            step = sample.iteration if sample.iteration is not None else index + 1
-            by_step.setdefault(step, {})[rank] = (sample.value, sample.line)
-    compared = {s: v for s, v in by_step.items() if len(v) >= MIN_RANKS}
-    seen: dict[str, int] = {}
-    behind: dict[str, list[tuple[float, int]]] = {}
-    spreads = []
-    for values in compared.values():
-        times = [t for t, _ in values.values()]
-        median = statistics.median(times)
-        spread = MAD_SCALE * statistics.median(abs(t - median) for t in times)
-        spreads.append(spread / median if median > 0 else 0.0)
-        for rank, (time, line) in values.items():
-            seen[rank] = seen.get(rank, 0) + 1
-            if median > 0 and time - median > max(K_MAD * spread, MIN_REL * median):
-                behind.setdefault(rank, []).append(((time - median) / median, line))
-    found = [RankVerdict(rank, seen[rank], len(hits), statistics.median(e for e, _ in hits),
-                         tuple(line for _, line in hits))
-             for rank, hits in behind.items()]
-    return (sorted(found, key=lambda v: (-v.behind, -v.excess)), len(compared),
-            statistics.median(spreads) if spreads else 0.0)
+    median). Worked on arrays, about :data:`CHUNK` entries (whole iterations) at a time; a
+    rank that logs an iteration twice counts its last time; ranks equally behind are in the
+    order given."""
+    step = np.frombuffer(times.steps, dtype=np.int64)
+    at = np.argsort(step, kind="stable")  # by iteration, then rank (added in rank order)
+    seen = np.zeros(len(times), dtype=np.int64)
+    hits: list[tuple[np.ndarray, ...]] = []
+    ratios: list[np.ndarray] = []
+    start = 0
+    while start < len(at):
+        end = _whole_iterations(step, at, start)
+        found = _compare(times, at[start:end])
+        if found is not None:
+            counted, ratio, hit = found
+            seen += counted
+            ratios.append(ratio)
+            hits.append(hit)
+        start = end
+    if not ratios:
+        return [], 0, 0.0
+    hit_rank, excess, line = (np.concatenate(column) for column in zip(*hits, strict=True))
+    behind = np.bincount(hit_rank, minlength=len(times))
+    slow = np.flatnonzero(behind)
+    median_excess = _medians(excess, np.searchsorted(slow, hit_rank))
+    cited = np.split(line[np.argsort(hit_rank, kind="stable")], np.cumsum(behind[slow]))
+    found = [RankVerdict(times.names[r], int(seen[r]), int(behind[r]), float(median_excess[i]),
+                         tuple(cited[i].tolist())) for i, r in enumerate(slow)]
+    spread = np.concatenate(ratios)
+    return (sorted(found, key=lambda v: (-v.behind, -v.excess)), len(spread),
+            float(np.median(spread)))
 
 
-def judge(source: str, series: dict[str, Series],
+def _whole_iterations(step: np.ndarray, at: np.ndarray, start: int) -> int:
+    """Where the chunk from ``start`` ends: about :data:`CHUNK` entries, at the start of an
+    iteration (or the end of one longer than that)."""
+    end = start + CHUNK
+    if end >= len(at):
+        return len(at)
+    steps = step[at[start:end + 1]]
+    cut = int(np.searchsorted(steps, steps[-1]))
+    if cut > 0:
+        return start + cut
+    rest = step[at[start:]]
+    return start + int(np.searchsorted(rest, rest[0], side="right"))
+
+
+def _compare(times: RankTimes, at: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """One chunk of whole iterations (entries ``at``, by iteration then rank): per rank, the
+    iterations compared; per iteration compared, the ranks' spread (``MAD_SCALE`` x MAD /
+    median); and the entries behind (rank, relative excess, line). ``None``: no iteration
+    logged by ``MIN_RANKS`` ranks."""
+    rank = np.frombuffer(times.ranks, dtype=np.int32)[at]
+    step = np.frombuffer(times.steps, dtype=np.int64)[at]
+    last = np.ones(len(at), dtype=bool)  # a rank's last entry of an iteration
+    last[:-1] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
+    at, rank, step = at[last], rank[last], step[last]
+    starts = np.flatnonzero(np.diff(step, prepend=step[0] - 1) != 0)
+    sizes = np.diff(starts, append=len(step))
+    keep = sizes >= MIN_RANKS
+    if not keep.any():
+        return None
+    compared = np.repeat(keep, sizes)
+    at, rank = at[compared], rank[compared]
+    group = np.repeat(np.arange(int(keep.sum())), sizes[keep])
+    time = np.frombuffer(times.times, dtype=np.float64)[at]
+    medians = _medians(time, group)
+    spreads = MAD_SCALE * _medians(np.abs(time - medians[group]), group)
+    median = medians[group]
+    late = np.flatnonzero((median > 0) & (time - median > np.maximum(K_MAD * spreads[group],
+                                                                     MIN_REL * median)))
+    ratio = np.where(medians > 0, spreads / np.where(medians > 0, medians, 1.0), 0.0)
+    line = np.frombuffer(times.lines, dtype=np.int64)[at[late]]
+    return (np.bincount(rank, minlength=len(times)), ratio,
+            (rank[late], (time[late] - median[late]) / median[late], line))
+
+
+def _medians(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The median of ``values`` in each group (``group``: 0, 1, ... with none empty), as
+    ``statistics.median`` takes it: the middle value, or the mean of the two middle ones."""
+    ordered = values[np.lexsort((values, group))]
+    sizes = np.bincount(group)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return (ordered[starts + (sizes - 1) // 2] + ordered[starts + sizes // 2]) / 2
+
+
+def judge(source: str, times: RankTimes,
           files: tuple[tuple[str, int], ...] = ()) -> Finding | None:
     """The slow-ranks finding of a log with several ranks (None for one rank); the evidence
     names each slow rank's own file and lines where the log is several files joined
     (``files``, see :func:`~exemplar_tune.diagnose.normalize.join`)."""
-    if len(series) < 2:
+    if len(times) < 2:
         return None
-    ranks = len(series)
+    ranks = len(times)
     if ranks < MIN_RANKS:
         return finding(CHECK, INFO, f"{ranks} ranks log step times: too few to tell a slow one "
                        f"(at least {MIN_RANKS} needed)", ranks=ranks)
-    found, steps, disagreement = verdicts(series)
+    found, steps, disagreement = verdicts(times)
     if steps < MIN_STEPS:
         return finding(CHECK, INFO, f"{ranks} ranks, {steps} iterations logged by {MIN_RANKS} "
                        f"or more of them: too few to tell a slow rank (at least {MIN_STEPS} "

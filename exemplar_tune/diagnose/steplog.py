@@ -148,20 +148,24 @@ class Record(NamedTuple):
 class Records:
     """The lines a reader matched, held column by column (an array per number): a few dozen
     bytes a record, however long its line. Indexing and iterating give :class:`Record`
-    tuples; ``None`` is held as -1 (a step) or NaN (a value, a stamp)."""
+    tuples; ``None`` is held as -1 (a step) or NaN (a value, a stamp). ``names``: the sources
+    of the records added."""
 
-    __slots__ = ("lines", "sources", "stamps", "steps", "tags", "values")
+    __slots__ = ("lines", "names", "sources", "stamps", "steps", "tags", "values")
 
     def __init__(self, records: Iterable[Record] = ()) -> None:
         self.lines, self.steps = array("q"), array("q")
         self.values, self.stamps = array("d"), array("d")
         self.sources: list[str | None] = []
         self.tags: list[str] = []
+        self.names: set[str] = set()
         for record in records:
             self.add(record)
 
     def add(self, record: Record) -> None:
         """Append one record."""
+        if record.source is not None:
+            self.names.add(record.source)
         self.lines.append(record.line)
         self.sources.append(record.source)
         self.steps.append(-1 if record.step is None else record.step)
@@ -184,6 +188,36 @@ class Records:
 
     def __iter__(self) -> Iterator[Record]:
         return (self[i] for i in range(len(self.lines)))
+
+
+class LowestSource(Records):
+    """Records held as :func:`one_source` will keep them: once a second source logs, only the
+    lowest source's records are held (the others count by name). A job's thousand ranks in
+    one log cost one rank's records."""
+
+    __slots__ = ("lowest",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lowest: str | None = None
+
+    def add(self, record: Record) -> None:
+        source = record.source
+        if source is not None and source not in self.names:
+            lower = self.lowest is None or rank_order(source) < rank_order(self.lowest)
+            self.lowest = source if lower else self.lowest
+            self.names.add(source)
+            if len(self.names) == 2 or (lower and len(self.names) > 2):
+                kept = Records(r for r in self if r.source == self.lowest)
+                self.lines, self.sources, self.steps = kept.lines, kept.sources, kept.steps
+                self.values, self.stamps, self.tags = kept.values, kept.stamps, kept.tags
+        if len(self.names) < 2 or source == self.lowest:
+            super().add(record)
+
+
+def rank_order(name: str) -> tuple[tuple, str]:
+    """The order sources are taken in: natural (``rank2`` before ``rank10``), then by name."""
+    return natural(name), name
 
 
 def lines_of(text: str) -> list[Line]:
@@ -225,7 +259,7 @@ def events_of(line: Line) -> list[tuple[int, str]]:
 
 def one_source(records: Records) -> tuple[Records, str]:
     """The records of one source when several log steps (the lowest rank), and a note."""
-    names = sorted({name for name in records.sources if name}, key=natural)
+    names = sorted(records.names, key=rank_order)
     if len(names) <= 1:
         return records, ""
     keep = records.take(i for i, name in enumerate(records.sources) if name == names[0])

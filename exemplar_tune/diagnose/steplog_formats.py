@@ -42,6 +42,7 @@ import numpy as np
 
 from exemplar_tune.diagnose.steplog import (
     Line,
+    LowestSource,
     NoTiming,
     Record,
     Records,
@@ -258,7 +259,7 @@ class Megatron:
     new record, a blank line or a third line shows it does not wrap."""
 
     def __init__(self) -> None:
-        self.records = Records()
+        self.records = LowestSource()
         self.units: set[str] = set()
         self._held: list[Line] = []  # a record that may wrap, and the lines after it
         self._it: re.Match[str] | None = None  # the held record's iteration
@@ -376,7 +377,7 @@ class Litgpt:
     """litgpt ``iter time`` per micro-iteration, optimizer-step iterations tagged."""
 
     def __init__(self) -> None:
-        self.records = Records()
+        self.records = LowestSource()
         self.units: set[str] = set()
 
     def feed(self, line: Line) -> None:
@@ -408,7 +409,7 @@ class Torchtitan:
     """torchtitan metric lines: timestamps, else tokens per step / tps, else tps as a rate."""
 
     def __init__(self) -> None:
-        self.records = Records()
+        self.records = LowestSource()
         self.rate_name = "tps"
 
     def feed(self, line: Line) -> None:
@@ -467,7 +468,7 @@ class Deepspeed:
     """DeepSpeed step and timer lines: timestamps, else ``CurrSamplesPerSec`` as a rate."""
 
     def __init__(self) -> None:
-        self.steps, self.timers = Records(), Records()
+        self.steps, self.timers = LowestSource(), LowestSource()
 
     def feed(self, line: Line) -> None:
         text = line.text

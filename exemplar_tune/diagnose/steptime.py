@@ -425,7 +425,7 @@ class StepReader:
             raise DiagnoseError(f"{self.source}: {exc}") from None
         self.log = StepLines()  # its records are read into the series: let them go
         report = report_of(series, self.source, self.expectations)
-        ranks = slow_ranks.judge(self.source, self.ranks.series(), files)
+        ranks = slow_ranks.judge(self.source, self.ranks.times(), files)
         return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
