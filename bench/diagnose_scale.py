@@ -6,8 +6,10 @@ Each input is a real log of the test corpus repeated to the size asked: an NCCL 
 COLL lines (NVIDIA/nccl#1193, 128 ranks), a Megatron-DeepSpeed step log (bigscience) and an
 nccl-tests run (xxrjun/nccl-tests-cluster, 80 ranks). In ``steplog`` each copy starts its
 iterations again (diagnose reads the longest run); in ``steplog-run`` the copies go on
-counting, so the log is one run and every one of its steps is judged. For each size the
-three readers run in turn, ``--repeat`` interleaved rounds, median kept:
+counting, so the log is one run and every one of its steps is judged; ``steplog-ranks`` is
+a job of 1000 rank files, each such a run, read with ``diagnose --ranks`` (every rank
+compared at every iteration). For each size the three readers run in turn, ``--repeat``
+interleaved rounds, median kept:
 
 * ``grep -c PATTERN`` - the floor, one pass in C;
 * a plain Python ``for line in file`` loop counting the lines;
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,13 +48,20 @@ LOGS = {
     "steplog-run": (REAL / "steptime"
                     / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log",
                     "iteration"),
+    "steplog-ranks": (REAL / "steptime"
+                      / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log",
+                      "iteration"),
     "nccl-tests": (REAL / "nccl-tests"
                    / "xxrjun-nccl-tests-cluster-h100-10nodes-80ranks-five-collectives.log",
                    "float"),
 }
-RUNS = {"steplog-run"}  # kinds whose copies go on counting iterations
+RUNS = {"steplog-run", "steplog-ranks"}  # kinds whose copies go on counting iterations
+RANK_FILES = {"steplog-ranks": 1000}  # kinds read as a job of this many rank files
 _ITERATION = re.compile(rb"(iteration\s+)(\d+)/")
-LINE_LOOP = "import sys\nn = 0\nfor _ in open(sys.argv[1], 'rb'):\n    n += 1\nprint(n)\n"
+LINE_LOOP = ("import os, sys\nn = 0\nroot = sys.argv[1]\n"
+             "names = ([os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]\n"
+             "         if os.path.isdir(root) else [root])\n"
+             "for name in names:\n    for _ in open(name, 'rb'):\n        n += 1\nprint(n)\n")
 
 
 def build(source: Path, size: int, target: Path, one_run: bool = False) -> Path:
@@ -79,6 +89,16 @@ def build(source: Path, size: int, target: Path, one_run: bool = False) -> Path:
     return target
 
 
+def build_job(source: Path, size: int, target: Path, files: int) -> Path:
+    """A directory ``target`` of ``files`` rank logs, each ``source`` as one run of
+    ``size / files`` bytes (the same log in every file: no rank is slower)."""
+    target.mkdir()
+    first = build(source, size // files, target / "rank0000.log", one_run=True)
+    for rank in range(1, files):
+        shutil.copyfile(first, target / f"rank{rank:04d}.log")
+    return target
+
+
 def run(argv: list[str], output: Path) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in KiB, exit status) of one run; stdout to ``output`` (a real
     file: GNU grep stops at the first match when its output is /dev/null)."""
@@ -103,10 +123,11 @@ def packed(path: Path) -> Path:
 def measure(path: Path, given: Path, pattern: str,
             json_out: Path) -> dict[str, tuple[float, int, int]]:
     """One round: grep and the line loop on ``path``, diagnose on ``given`` (it or its .gz)."""
-    cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", str(given),
+    job = ["--ranks"] if given.is_dir() else []
+    cli = [sys.executable, "-m", "exemplar_tune.cli", "-q", "diagnose", *job, str(given),
            "--format", "json"]
     count = json_out.with_suffix(".count")
-    return {"grep -c": run(["grep", "-c", pattern, str(path)], count),
+    return {"grep -c": run(["grep", "-rc" if job else "-c", pattern, str(path)], count),
             "python loop": run([sys.executable, "-c", LINE_LOOP, str(path)], count),
             "diagnose": run(cli, json_out)}
 
@@ -131,8 +152,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-diagnose-") as tmp:
         for kind in kinds:
             source, pattern = LOGS[kind]
+            if args.gzip and kind in RANK_FILES:
+                print(f"{kind}: left out with --gzip", file=sys.stderr)
+                continue
             for mib in sizes:
-                path = build(source, mib << 20, Path(tmp) / f"{kind}-{mib}.log", kind in RUNS)
+                target = Path(tmp) / f"{kind}-{mib}.log"
+                path = (build_job(source, mib << 20, target, RANK_FILES[kind])
+                        if kind in RANK_FILES else build(source, mib << 20, target, kind in RUNS))
                 given = packed(path) if args.gzip else path
                 json_out = Path(tmp) / "out.json"
                 rounds = []
@@ -153,8 +179,11 @@ def main() -> None:
                           + ("refused (exit 2) | | " if refused else
                              f"{mib / wall:.1f} | {wall / floor:.0f} | ")
                           + f"{peak:.0f} | {size if size is not None else ''} |", flush=True)
-                path.unlink()
-                given.unlink(missing_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                    given.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ lined up by iteration; at every iteration that at least ``MIN_RANKS`` ranks logg
 absolute deviations and by more than ``MIN_REL`` of the median (the second keeps ranks that
 agree to a few microseconds from being called slow). A rank is *slow* when it is behind in at
 least ``REPEAT`` of the iterations it logged and in at least ``MIN_BEHIND`` of them: one bad
-step is a stall (the stall rule's business), a repeated one is the rank.
+step is a stall (the stall rule's business), a repeated one is the rank. Every rank's times
+are held in columns (:class:`RankTimes`) and compared a chunk of whole iterations at a time.
 
 The data cannot tell when fewer than ``MIN_RANKS`` ranks or fewer than ``MIN_STEPS`` common
 iterations were logged, or when the ranks disagree so much at a typical iteration that a rank
