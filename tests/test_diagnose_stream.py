@@ -1,12 +1,13 @@
 """``diagnose`` reads its inputs as streams: lines numbered as ``str.split`` numbers them, a
 log repeated many times reads as the log once with its counts multiplied (the JSON does not
 grow), a job of a thousand rank files is one report whose findings fold the ranks into
-hostlists, memory does not grow with the input, and the bounds (``--max-input``, the
-recognition window, long lines) are one-line refusals."""
+hostlists, memory does not grow with the input (a step log's, by bytes per step judged), and
+the bounds (``--max-input``, the recognition window, long lines) are one-line refusals."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,9 @@ COLL = REALWORLD / "nccl-coll" / "nvidia-nccl-1193-ray-allreduce-128ranks.log"
 NCCL_LOG = REALWORLD / "nccl-log"
 COMPLETION = NCCL_LOG / "nvidia-nccl-1405-ib-plugin-completion-status12-vendor129-roce.log"
 GB300 = NCCL_LOG / "datacrunch-research-nccl-ebpf-gb300-nvl72-2trays-mnnvl-init-2.29.7.log"
+BIGSCIENCE = (REALWORLD / "steptime"
+              / "bigscience-workshop-bigscience-meg-ds-3d-n16-ds-off-per-iteration.log")
+_ITERATION = re.compile(r"(iteration\s+)(\d+)/")
 TESTS80 = (REALWORLD / "nccl-tests"
            / "xxrjun-nccl-tests-cluster-h100-10nodes-80ranks-five-collectives.log")
 
@@ -113,16 +117,19 @@ def test_a_thousand_rank_step_logs_name_the_slow_rank(tmp_path):
     assert any("rank0637" in e for e in slow["evidence"])
 
 
-def _peak_kib(path: Path) -> int:
-    """Peak resident memory of ``diagnose FILE`` in a child process, KiB."""
+def _peak_kib(path: Path) -> tuple[int, dict]:
+    """Peak resident memory of ``diagnose FILE`` in a child process (KiB), and the summary of
+    its report."""
     out = subprocess.run([sys.executable, "-c", (
-        "import resource, sys\n"
+        "import json, resource, sys\n"
         "from exemplar_tune.diagnose import diagnose_paths\n"
         "reports, errors = diagnose_paths([sys.argv[1]])\n"
         "assert reports and not errors, errors\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"), str(path)],
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print(json.dumps(reports[0].summary))\n"), str(path)],
         capture_output=True, text=True, env=cli_env(), check=True, timeout=300)
-    return int(out.stdout)
+    peak, summary = out.stdout.split("\n", 1)
+    return int(peak), json.loads(summary)
 
 
 def test_memory_does_not_grow_with_the_input(tmp_path):
@@ -133,8 +140,30 @@ def test_memory_does_not_grow_with_the_input(tmp_path):
     small, large = tmp_path / "small.log", tmp_path / "large.log"
     small.write_bytes(text * (4 * 2**20 // len(text)))
     large.write_bytes(text * (40 * 2**20 // len(text)))
-    grown = _peak_kib(large) - _peak_kib(small)
+    grown = _peak_kib(large)[0] - _peak_kib(small)[0]
     assert grown < 12 * 1024, f"peak grew by {grown >> 10} MiB for 36 MiB more input"
+
+
+def _one_run(copies: int) -> str:
+    """The real Megatron-DeepSpeed log repeated, each copy's iterations numbered on from the
+    last copy's: one run of ``62 x copies`` logged steps."""
+    text = BIGSCIENCE.read_text()
+    last = max(int(m.group(2)) for m in _ITERATION.finditer(text))
+    return "".join(_ITERATION.sub(lambda m, k=k: f"{m.group(1)}{int(m.group(2)) + k * last}/",
+                                  text) for k in range(copies))
+
+
+def test_memory_grows_by_bytes_per_step_not_by_lines(tmp_path):
+    """One run of about 5,000 and of 47,000 logged steps: the larger holds under 200 bytes
+    more per step judged (a reader that kept the record lines took several hundred)."""
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    small.write_text(_one_run(80))
+    large.write_text(_one_run(800))
+    (peak_small, small_summary), (peak_large, large_summary) = _peak_kib(small), _peak_kib(large)
+    steps_small, steps_large = small_summary["steps"], large_summary["steps"]
+    per_step = 1024 * (peak_large - peak_small) / (steps_large - steps_small)
+    assert steps_large > 10 * steps_small - 1000
+    assert per_step < 200, f"{per_step:.0f} bytes more per step judged"
 
 
 def test_a_long_line_is_read_in_pieces(tmp_path):
