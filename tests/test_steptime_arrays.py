@@ -1,8 +1,9 @@
 """Step-time logs are held as columns and judged on arrays (their memory is measured in
 ``test_diagnose_stream``): the columns give back what was added; the array judgements (the
 best split, slow ranks) give what the rules written out one split or one iteration at a time
-give; evidence folds millions of line numbers without a set of them; and a log with many
-stalls lists a bounded number of them."""
+give; evidence folds millions of line numbers without a set of them; a log with many stalls
+lists a bounded number of them; a line no family can convert spoils no reading; and a log of
+one rank is read once."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import statistics
 from unittest.mock import patch
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from exemplar_tune.diagnose import diagnose_text, slow_ranks
-from exemplar_tune.diagnose.base import cite
+from exemplar_tune.diagnose import DiagnoseError, diagnose_text, slow_ranks
+from exemplar_tune.diagnose.base import cite, read_all
+from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.diagnose.steplog import Record, Records, Sample, Samples
 from exemplar_tune.diagnose.steptime import (
     BLOCK,
     MAX_SPIKES_SHOWN,
+    StepReader,
     best_split,
     two_clusters,
 )
@@ -154,3 +158,41 @@ def test_slow_ranks_on_arrays_are_the_rule_one_iteration_at_a_time(logs):
         assert {v.rank: (v.steps, v.behind, v.excess, sorted(v.lines)) for v in found} == want
         assert [(v.behind, v.excess) for v in found] == sorted(
             ((v.behind, v.excess) for v in found), key=lambda b: (-b[0], -b[1]))
+
+
+MEGATRON = "\n".join(f" iteration {i:6d}/ 100 | elapsed time per iteration (ms): "
+                     f"{1000 + i % 3:.1f} | lm loss: 2.0 |" for i in range(1, 40))
+
+
+def test_a_train_runtime_that_is_no_number_leaves_its_intervals_out():
+    dicts = [f"{{'loss': 1.0, 'train_runtime': {r}}}" for r in (5, 10, None, 20, 25, 30)]
+    s = diagnose_text("\n".join(["***** Running training *****", *dicts]), "hf").summary
+    assert s["samples"] == 4 and s["read"]["max_ms"] == 5000.0  # 0-5, 5-10, 20-25, 25-30
+    assert "1 train_runtime value(s) not a number" in " ".join(s["notes"])
+
+
+def test_a_number_too_long_to_convert_spoils_no_reading():
+    """Another family's line with a 5000-digit count (past Python's int conversion limit) is
+    not a reading of that family, and the Megatron records around it are read."""
+    text = (MEGATRON + "\nids " + "9" * 5000 + "/10 [00:01<00:02, 1.0it/s]\niter "
+            + "9" * 5000 + " step 1: loss 1, iter time: 5 ms")
+    s = diagnose_text(text, "log").summary
+    assert (s["format"], s["samples"]) == ("megatron", 39)
+
+
+def test_values_all_out_of_range_are_a_one_line_refusal():
+    with pytest.raises(DiagnoseError, match=r"all 12 values out of range"):
+        diagnose_text("\n".join(["1e400"] * 12), "steps.txt")
+
+
+def test_a_log_of_one_rank_is_read_once_and_a_second_rank_gets_its_own_reading():
+    one = StepReader("log", {})
+    text = normalize("\n".join(f"[default7]:{line}" for line in MEGATRON.split("\n")))
+    assert set(text.sources) == {"local rank 7"}
+    read_all(one, text)
+    assert one.ranks.ranks == {}  # the whole log's reading is the rank's
+    two = StepReader("log", {})
+    lines = [f"[default{r}]:{line}" for r in (7, 3, 5) for line in MEGATRON.split("\n")]
+    report = read_all(two, normalize("\n".join(lines)))
+    [slow] = [f for f in report.findings if f.check_id == "workload.slow-ranks"]
+    assert slow.values["ranks"] == 3 and slow.values["steps"] == 39

@@ -20,6 +20,7 @@ benchmark run on each host alone.
 
 from __future__ import annotations
 
+import copy
 from array import array
 from dataclasses import dataclass
 
@@ -82,12 +83,23 @@ class RankLines:
     """A log's lines read once per source (launcher prefix, file) as they come: each of the
     first ``MAX_RANKS`` sources has its own :class:`~.steplog_formats.StepLines`, fed an empty
     line where other sources' lines stood between two of its own (a record is never joined
-    across another source's line)."""
+    across another source's line). While every line has come from one source, that source's
+    reading is the whole log's (``whole``, fed after this): it is copied when another source
+    or a line without one first comes, so a log of one rank is read once."""
 
-    def __init__(self) -> None:
+    def __init__(self, whole: StepLines) -> None:
+        self.whole: StepLines | None = whole
         self.ranks: dict[str, StepLines] = {}
+        self.solo: str | None = None  # the source of every line so far, read as ``whole``
 
     def feed(self, line: Line) -> None:
+        if self.whole is not None:
+            if line.source is not None and (line.source == self.solo or not self.whole.last):
+                self.solo = line.source
+                return
+            if self.solo is not None:
+                self.ranks[self.solo] = copy.deepcopy(self.whole)
+            self.whole = None
         if line.source is None:
             return
         rank = self.ranks.get(line.source)
@@ -103,6 +115,7 @@ class RankLines:
         """Each source's own series of step times (rates and unreadable sources left out);
         none for one source: nothing to compare."""
         out = RankTimes()
+        self.whole = None
         if len(self.ranks) < 2:
             return out
         for source in sorted(self.ranks):

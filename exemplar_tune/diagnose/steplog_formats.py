@@ -181,9 +181,11 @@ class StepLines:
         self.last = 0  # the number of the last line fed
 
     def feed(self, line: Line) -> None:
-        self.context.feed(line)
-        for family in self.families:
-            family.feed(line)
+        for reader in (self.context, *self.families):
+            try:
+                reader.feed(line)
+            except ValueError:  # a number too long to be one (over 4300 digits): not a reading
+                continue
         self.last = line.n
 
     def series(self) -> Series:
@@ -201,12 +203,17 @@ class StepLines:
 
 
 def _readable(series: Series) -> Series:
-    """The series without values that cannot be a reading (not finite, absurdly large)."""
+    """The series without values that cannot be a reading (not finite, negative, absurdly
+    large); ``NoTiming`` when none is left."""
     values = np.frombuffer(series.samples.values, dtype=np.float64)
     good = np.isfinite(values) & (values >= 0) & (values <= MAX_VALUE)
-    if not good.all():
-        series.notes.append(f"{int((~good).sum())} value(s) out of range left out")
-        series.samples = series.samples.take(np.flatnonzero(good).tolist())
+    if good.all():
+        return series
+    if not good.any():
+        raise NoTiming(f"step-time log ({series.fmt}): all {len(values)} values out of range "
+                       f"(not finite, negative or over {MAX_VALUE:g})")
+    series.notes.append(f"{int((~good).sum())} value(s) out of range left out")
+    series.samples = series.samples.take(np.flatnonzero(good).tolist())
     return series
 
 
@@ -510,6 +517,7 @@ class HfTrainer:
         self.dicts = 0  # loss dicts, timed or not
         self.summary: dict | None = None  # the first dict with a train_runtime
         self.header = False
+        self.unreadable = 0  # loss dicts whose train_runtime is not a number
 
     def feed(self, line: Line) -> None:
         text = line.text
@@ -529,7 +537,9 @@ class HfTrainer:
         self.dicts += 1
         if "train_runtime" in value:
             self.summary = self.summary or value
-            if "loss" in value and (runtime := _seconds(value["train_runtime"])) is not None:
+            if "loss" in value:
+                runtime = _seconds(value["train_runtime"])
+                self.unreadable += runtime is None
                 self.timed.add(Record(line.n, line.source, None, None, runtime))
 
     def series(self, context: Context) -> Series | None:
@@ -540,6 +550,10 @@ class HfTrainer:
                         "of consecutive loss dicts)", wallclock=True, events=context.events)
         if self.timed:
             series.samples = Samples(_runtime_samples(self.timed, series.notes))
+            if self.unreadable:
+                series.notes.append(f"{self.unreadable} train_runtime value(s) not a number: "
+                                    "the intervals on either side left out")
+                series.missing = "no two consecutive loss dicts with a train_runtime"
             return series
         series.missing = ("loss dicts carry no time (loss, learning_rate, epoch)" if self.dicts
                           else "no loss dicts")
@@ -550,11 +564,12 @@ class HfTrainer:
 
 
 def _seconds(value: object) -> float | None:
-    """A logged ``train_runtime`` as a number, or ``None`` when it is not one."""
+    """A logged ``train_runtime`` as a finite number, or ``None`` when it is not one."""
     try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _literal(text: str) -> dict | None:

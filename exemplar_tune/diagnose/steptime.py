@@ -400,7 +400,7 @@ class StepReader:
     def __init__(self, source: str, expectations: dict[str, Any]) -> None:
         self.source, self.expectations = source, expectations
         self.log = StepLines()
-        self.ranks = slow_ranks.RankLines()
+        self.ranks = slow_ranks.RankLines(self.log)
         self._follow = 0
         self._other = False
 
@@ -414,8 +414,8 @@ class StepReader:
         else:
             self._other = True
         kept = Line(n, line, raw, source)
+        self.ranks.feed(kept)  # first: it may copy the whole log's reading so far
         self.log.feed(kept)
-        self.ranks.feed(kept)
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
         """The step-time report; ``DiagnoseError`` (one line) when it cannot be made."""
@@ -423,9 +423,10 @@ class StepReader:
             series = self.log.series()
         except NoTiming as exc:
             raise DiagnoseError(f"{self.source}: {exc}") from None
+        times = self.ranks.times()
         self.log = StepLines()  # its records are read into the series: let them go
         report = report_of(series, self.source, self.expectations)
-        ranks = slow_ranks.judge(self.source, self.ranks.times(), files)
+        ranks = slow_ranks.judge(self.source, times, files)
         return replace(report, findings=[*report.findings, ranks]) if ranks else report
 
 
