@@ -1,8 +1,10 @@
 """Training-log families, each read into a :class:`~.steplog.Series` by its own reader.
 
-Tried most specific first (``FAMILIES``); the first family with samples is the reading. A
-family recognised without timing (``missing``) lets the later ones try, and names the reason
-when none finds any.
+Every family is fed every line once (:class:`StepLines`) and keeps only the records it
+matched, as numbers in columns (:class:`~.steplog.Records`). They are asked most specific
+first (``FAMILIES``); the first family with samples is the reading. A family recognised
+without timing (``missing``) lets the later ones try, and names the reason when none finds
+any.
 
 * ``megatron``: ``iteration N/ M | ... | elapsed time per iteration (ms): X`` (``(s)`` in the
   bigscience fork). A line is the mean over ``--log-interval`` iterations (from the arguments
@@ -128,13 +130,8 @@ def wraps(text: str) -> bool:
 
 def read_series(text: str) -> Series:
     """The first family's series with samples; ``NoTiming`` naming why when there is none."""
-    return read_lines(lines_of(text))
-
-
-def read_lines(lines: Iterable[Line]) -> Series:
-    """:func:`read_series` of lines already split (one source's, for instance)."""
     log = StepLines()
-    for line in lines:
+    for line in lines_of(text):
         log.feed(line)
     return log.series()
 
