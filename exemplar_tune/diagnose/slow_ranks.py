@@ -70,7 +70,7 @@ class RankTimes:
         iterations = np.frombuffer(samples.iterations, dtype=np.int64)
         counted = np.where(iterations >= 0, iterations, np.arange(1, len(samples) + 1))
         self.ranks.extend(array("i", [len(self.names)]) * len(samples))
-        self.steps.frombytes(counted.astype(np.int64).tobytes())
+        self.steps.frombytes(counted.tobytes())
         self.times.extend(samples.values)
         self.lines.extend(samples.lines)
         self.names.append(name)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from array import array
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -108,9 +107,7 @@ def parse_steps(text: str) -> tuple[str, str, list[tuple[int, float, int | None]
 
 
 def _floats(values: Any) -> np.ndarray:
-    """Values as a float array (a view of an ``array('d')``, no copy)."""
-    if isinstance(values, array):
-        return np.frombuffer(values, dtype=np.float64)
+    """Values as a float array (a view of an ``array('d')`` or an array, no copy)."""
     return np.asarray(values, dtype=np.float64)
 
 
@@ -482,7 +479,7 @@ def _time_report(series: Series, source: str, head: dict[str, Any],
     out = excluded(series, warm)
     if n - warm - len(out) < MIN_SAMPLES:
         out = {}
-    judged = np.arange(warm, n, dtype=np.int32 if n < 2**31 else np.int64)
+    judged = np.arange(warm, n)
     if out:
         judged = judged[~np.isin(judged, list(out))]
     values = _floats(samples.values)
