@@ -43,6 +43,8 @@ SWEEP_ARM = re.compile(r"^[A-Z][A-Z0-9_]*=[^,=\s]*(,[A-Z][A-Z0-9_]*=[^,=\s]*)*$"
 ACTIONS = ("keep", "restore")
 LEVELS = ("debug", "info", "warning", "error")
 LAYER_FIELDS = ("run_id", "reboot_required", "started_at", "finished_at")
+# a host row of a restore (record_restore): the layer put back there, or not (with the error)
+RESTORED, NOT_RESTORED = "restored", "not restored"
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -533,6 +535,41 @@ class Ledger:
             conn.execute(sql, (*params, exp, layer))
 
     @_guarded
+    def record_restore(self, exp: str, layer: str, host_results: Mapping[str, str | None],
+                       ) -> bool:
+        """Record a restore of ``layer`` from the host journals: ``{host: None}`` where it was
+        put back, ``{host: error}`` where not, one row each (status ``restored`` or ``not
+        restored``, no changes) after the layer's earlier rows. The layer becomes ``restored``
+        once every host a row shows changing it has a ``restored`` row after its newest
+        change; returns whether it is."""
+        now = _now()
+        rows = [(exp, layer, host, json.dumps([]), NOT_RESTORED if error else RESTORED,
+                 error or None, now) for host, error in sorted(host_results.items())]
+        with self._write() as conn:
+            self._require_layer(exp, layer)
+            conn.executemany("INSERT INTO hosts (experiment_id, layer, host, changed_json, "
+                             "status, error, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            done = self._restored(exp, layer)
+            if done:
+                conn.execute("UPDATE layers SET status = 'restored', finished_at = "
+                             "COALESCE(finished_at, ?) WHERE experiment_id = ? AND layer = ?",
+                             (now, exp, layer))
+            return done
+
+    def _restored(self, exp: str, layer: str) -> bool:
+        """Whether every host a row shows changing ``layer`` was restored after its newest
+        change (and some host changed it)."""
+        changed: dict[str, int] = {}
+        restored: dict[str, int] = {}
+        for row in self._conn.execute("SELECT id, host, status, changed_json FROM hosts WHERE "
+                                      "experiment_id = ? AND layer = ? ORDER BY id", (exp, layer)):
+            if row["status"] == RESTORED:
+                restored[row["host"]] = row["id"]
+            elif json.loads(row["changed_json"] or "null"):
+                changed[row["host"]] = row["id"]
+        return bool(changed) and all(restored.get(h, -1) > i for h, i in changed.items())
+
+    @_guarded
     def record_hosts(self, exp: str, layer: str, host_results: Mapping[str, Mapping[str, Any]],
                      ) -> None:
         """Append one row per host: ``{host: {"status": str, "changed": <JSON>, "error":
@@ -645,9 +682,17 @@ class Ledger:
         return [_row(row, drop=()) for row in rows]
 
     def _resolve(self, exp: str) -> str:
+        """An experiment id, ``latest``, or the host-journal run id of one of its layers
+        (``apply --run-id NAME``) as the id of its experiment."""
         if exp != "latest":
-            self._require_experiment(exp)
-            return exp
+            found = self._conn.execute("SELECT id FROM experiments WHERE id = ?", (exp,))
+            if found.fetchone():
+                return exp
+            owner = self._conn.execute("SELECT experiment_id FROM layers WHERE run_id = ? "
+                                       "ORDER BY rowid DESC LIMIT 1", (exp,)).fetchone()
+            if owner is None:
+                raise UserError(f"no experiment {exp!r} in {self.path}")
+            return owner["experiment_id"]
         row = self._conn.execute("SELECT id FROM experiments "
                                  "ORDER BY started_at DESC, rowid DESC LIMIT 1").fetchone()
         if row is None:

@@ -188,12 +188,14 @@ def knob_table() -> str:
 
 def check_table() -> str:
     """The README's table of checks, in preflight order."""
-    rows = ["| check | severity | kind | fixed by | what it checks |", "|---|---|---|---|---|"]
+    rows = ["| check | severity | class | fixed by | actions when it fails | what it checks |",
+            "|---|---|---|---|---|---|"]
     order = {name: index for index, name in enumerate(ROLE_LAYERS + ("workload",))}
     for item in sorted(CHECKS, key=lambda c: order.get(c.layer, len(order))):
         knob = f"`{item.knob}`" if item.knob else "(manual)"
         kind = "health" if item.health else "tuning"
-        rows.append(f"| `{item.id}` | {item.severity} | {kind} | {knob} | {item.title} |")
+        rows.append(f"| `{item.id}` | {item.severity} | {kind} | {knob} | "
+                    f"{', '.join(item.actions)} | {item.title} |")
     return "\n".join(rows) + "\n"
 
 

@@ -36,6 +36,9 @@ os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
 # Module payloads keep their bytecode here, not in the home of whoever runs the tests (the SSH
 # fleet's sshd passes it to its sessions: tests/sshfleet.py).
 os.environ.setdefault("EXEMPLAR_TUNE_BYTECODE_CACHE", str(_COLLECTIONS / "bytecode"))
+# Every JSON document a command prints in the tests is validated against its shipped schema
+# (exemplar_tune.json_schemas.checked): a mismatch fails the test that produced it.
+os.environ["EXEMPLAR_TUNE_VALIDATE_JSON"] = "1"
 
 
 @pytest.fixture

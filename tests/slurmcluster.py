@@ -293,6 +293,26 @@ def node_sysroots(dest: Path) -> Path:
     return dest
 
 
+XID_79 = ("[ 9001.000100] NVRM: Xid (PCI:0000:a4:00): 79, pid=4242, name=python, GPU has fallen "
+          "off the bus.\n[ 9001.000200] NVRM: GPU 0000:a4:00.0: GPU has fallen off the bus.\n")
+
+
+def break_gpu(tree: Path) -> Path:
+    """Put an Xid 79 (GPU 00000000:A4:00.0 fell off the bus) into ``tree``'s kernel log:
+    ``gpu.xids``, a health check, fails (REBOOT)."""
+    with (tree / ".exemplar/commands/dmesg.txt").open("a") as log:
+        log.write(XID_79)
+    return tree
+
+
+def heal(tree: Path) -> Path:
+    """Make ``tree`` a fresh copy of the ``healthy-h100`` fixture (every check passes)."""
+    shutil.rmtree(tree, ignore_errors=True)
+    sysroots = Path(__file__).resolve().parent / "fixtures" / "sysroots"
+    shutil.copytree(sysroots / "healthy-h100", tree, symlinks=True)
+    return tree
+
+
 def _session_members(sid: int) -> set[int]:
     members = set()
     for entry in Path("/proc").iterdir():

@@ -235,6 +235,7 @@ def test_apply_pending_reset_restore_round_trip(bmc, work, tls):
     restored = cli(work, "restore", "--run", "latest")
     assert restored.returncode == 0, restored.stdout + restored.stderr
     assert "cpu node1 (1/1): 1 change(s) put back" in restored.stdout
+    assert "REBOOT REQUIRED on node1 to take effect: " in restored.stdout  # staged again
     # the preset profile is put back alone: the BIOS refuses writes to what it locks, and
     # brings the preset's own values (ProcCStates=Disabled ...) at the next boot
     assert bmc.state()["pending"] == {"SysProfile": "PerfOptimized"}

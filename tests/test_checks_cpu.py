@@ -8,13 +8,14 @@ branch, including unknown facts (-> skip).
 from __future__ import annotations
 
 import copy
+import shutil
 from typing import Any
 
 import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts, get_layer
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.checks import CHECKS
+from exemplar_tune.checks import CHECKS, cpu as cpu_checks
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN, Outcome
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.profile import load_profile
@@ -164,6 +165,64 @@ def test_guest_skips_cstate_checks_even_with_a_cstate_profile():
     for check_id in ("cpu.deep-cstates-disabled", "cpu.cstate-cmdline-limits"):
         result = run_one(facts_of("gb200-grace-vm"), profile, check_id)
         assert (result.status, result.detail) == (SKIP, "guest C-states do not control the host")
+        assert result.unknown is False  # not applicable: the guest does not own its C-states
+
+
+# ---- not applicable vs unknown on real fixture trees ----------------------------------------
+
+def test_fixture_hosts_not_applicable_checks_say_why():
+    """The fixture captures hold no BMC, run no hugepage profile and (the VM) no cpufreq: those
+    checks do not apply, each saying why, none of them unknown."""
+    bios = run_one(facts_of("h100-x86"), load_profile("h100-x86"), "cpu.bios-cstates")
+    assert (bios.status, bios.unknown, bios.detail) == (SKIP, False, "no BMC configured")
+    governor = run_one(facts_of("gb200-grace-vm"), load_profile("gb200-grace"), "cpu.governor")
+    assert (governor.status, governor.unknown) == (SKIP, False)
+    assert governor.detail.startswith("no cpufreq policy")
+    silent = run_one(facts_of("healthy-h100"), load_profile("h100-x86"), "cpu.hugepages-1g")
+    assert (silent.status, silent.unknown) == (SKIP, False)
+    assert silent.detail == "profile sets no hugepages_1g"
+
+
+def test_a_host_whose_files_cannot_be_read_gets_unknown_naming_the_file(tmp_path):
+    """healthy-h100 passes every cpu check; with /dev/cpu_dma_latency cut short, the sysctl
+    garbled and the Redfish capture truncated, the checks that need them are unknown and
+    say which file and why, while the others still pass."""
+    host = tmp_path / "host"
+    shutil.copytree(SYSROOTS / "healthy-h100", host, symlinks=True)
+    (host / "dev/cpu_dma_latency").write_bytes(b"\x00\x94")
+    (host / "proc/sys/kernel/numa_balancing").write_text("on\n")
+    (host / ".exemplar/commands/redfish-bios.json").write_text('{"Bios": ')
+    facts = gather_facts(Sysroot(str(host)), ["cpu", "vm"])
+    results = {r.id: r for r in run_checks(facts, load_profile("h100-x86"), layers=["cpu"])}
+    profile = load_profile("h100-x86")
+    qos = run_one(facts, profile, "cpu.pm-qos-holder")
+    assert (qos.status, qos.unknown) == (SKIP, True)
+    assert qos.detail == "cannot read /dev/cpu_dma_latency (expected 4 bytes, got 2: '0094')"
+    numa = run_one(facts, profile, "cpu.numa-balancing")
+    assert (numa.status, numa.unknown) == (SKIP, True)
+    assert numa.detail == "kernel.numa_balancing unknown: not an integer: 'on'"
+    bios = run_one(facts, profile, "cpu.bios-cstates")
+    assert (bios.status, bios.unknown) == (SKIP, True)
+    assert "/.exemplar/commands/redfish-bios.json: not JSON" in bios.detail
+    assert {i: r.status for i, r in results.items() if r.status != SKIP} == dict.fromkeys(
+        ("cpu.deep-cstates-disabled", "cpu.cstate-cmdline-limits", "cpu.governor", "cpu.turbo",
+         "cpu.housekeeping-overlap", "cpu.irqbalance-banned", "cpu.job-cpus-gpu-local"), PASS)
+
+
+def test_a_check_that_raises_is_unknown(monkeypatch):
+    """A check that raises does not hide the others, and is reported as not judged (unknown),
+    never as not applicable."""
+    def broken(profile, key):
+        raise KeyError(key)
+
+    monkeypatch.setattr(cpu_checks, "_want", broken)
+    results = {r.id: r.to_dict() for r in run_checks(facts_of("h100-x86"),
+                                                     load_profile("h100-x86"), layers=["cpu"])}
+    governor = results["cpu.governor"]
+    assert (governor["status"], governor["detail"]) == (
+        SKIP, "check could not run: KeyError: 'governor'")
+    assert governor["class"] == "unknown"
+    assert results["cpu.numa-balancing"]["status"] == WARN  # a declared check: no _want
 
 
 # ---- one changed value per branch -----------------------------------------------------------
@@ -350,8 +409,13 @@ CASES = [
     # numa-balancing
     ("numa-no-profile", "h100-x86", "numa-balancing", {}, {"numa_balancing": DELETE}, SKIP,
      "profile sets no numa_balancing"),
-    ("numa-unknown", "h100-x86", "numa-balancing", {"cpu.numa_balancing": None}, {}, SKIP,
-     "unknown"),
+    ("numa-absent", "h100-x86", "numa-balancing", {"cpu.numa_balancing": None}, {}, SKIP,
+     "not on this kernel (/proc/sys/kernel/numa_balancing absent)"),
+    ("numa-unreadable", "h100-x86", "numa-balancing",
+     {"cpu.numa_balancing": None, "cpu.errors": [
+         {"fact": "numa_balancing", "path": "/proc/sys/kernel/numa_balancing",
+          "error": "Permission denied"}]}, {}, SKIP,
+     "kernel.numa_balancing unknown: Permission denied"),
     ("numa-match", "h100-x86", "numa-balancing", {"cpu.numa_balancing": 0}, {}, PASS,
      "kernel.numa_balancing=0"),
     ("numa-tiering", "healthy-h100", "numa-balancing", {"cpu.numa_balancing": 2}, {}, WARN,
@@ -359,14 +423,31 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("host", "name", "changes", "profile_changes", "want", "part"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_changed_facts(host, name, changes, profile_changes, want, part):
+# The skipped cases that could not be judged (a fact unreadable, malformed or contradictory);
+# every other skipped case does not apply (profile silent, guest, no cpufreq, no job ...).
+UNKNOWN_CASES = {
+    "deep-unknown", "deep-driver-none-virt-unknown", "cmd-unknown", "cmd-cmdline-unknown",
+    "qos-unknown", "qos-value-unknown", "gov-unknown", "turbo-unknown", "hk-unknown",
+    "hk-units-unknown", "irqb-unknown", "irqb-banned-unknown", "loc-jobs-unknown",
+    "loc-no-gpus", "numa-unreadable",
+}
+
+
+def test_unknown_cases_are_skip_cases():
+    skips = {c[0] for c in CASES if c[5] == SKIP}
+    assert not UNKNOWN_CASES - skips, UNKNOWN_CASES - skips
+
+
+@pytest.mark.parametrize(("case", "host", "name", "changes", "profile_changes", "want", "part"),
+                         CASES, ids=[c[0] for c in CASES])
+def test_changed_facts(case, host, name, changes, profile_changes, want, part):
     facts = edit(facts_of(host), changes)
     profile = copy.deepcopy(load_profile(PROFILE_OF[host]))
     edit(profile, {f"cpu.{k}": v for k, v in profile_changes.items()})
     result = run_one(facts, profile, f"cpu.{name}")
     assert (result.status, part in result.detail) == (want, True), result.detail
+    assert result.unknown is (case in UNKNOWN_CASES), result.detail
+    assert "\n" not in result.detail
 
 
 def test_checks_are_pure():

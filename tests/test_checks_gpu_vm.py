@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,6 +274,11 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
     ("gpu.xids", "healthy-h100", "h100-x86", (("gpu.xids", None),), SKIP,
      "kernel log not readable"),
     ("gpu.xids", "healthy-h100", "h100-x86", (("gpu.present", False),), SKIP, "no GPU"),
+    # gpu.dcgm-diag: not asked for, or asked for and DCGM gave nothing
+    ("gpu.dcgm-diag", "healthy-h100", "h100-x86", (), SKIP, "DCGM diagnostics not run"),
+    ("gpu.dcgm-diag", "healthy-h100", "h100-x86",
+     (("gpu.dcgm_diag", {"absent": "dcgmi not installed (no such program on the host)"}),),
+     SKIP, "DCGM absent: dcgmi not installed"),
     # vm.cmdqv: the state and whether this is a VM decide
     ("vm.cmdqv", "gb200-grace-vm", "gb200-grace", (("vm.virtualized", False),), WARN,
      "not_in_kernel (on bare metal)"),
@@ -336,6 +343,22 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
 ]
 
 
+# The skipped branches that could not be judged (check, detail text); every other skipped
+# branch does not apply (profile silent, no GPU, not reported by this GPU, not arm64 ...).
+UNKNOWN_BRANCHES = {
+    ("gpu.count", "unknown"), ("gpu.persistence-mode", "unknown on 00000000:C2:00.0"),
+    ("gpu.persistence-mode", "GPU inventory unknown"), ("gpu.xids", "kernel log not readable"),
+    ("gpu.dcgm-diag", "DCGM absent: dcgmi not installed"),
+    ("vm.cmdqv", "kernel log unavailable"), ("vm.cmdqv", "unknown"),
+    ("vm.iommu-domain", "IOMMU groups unknown"),
+}
+
+
+def test_unknown_branches_are_skip_branches():
+    skips = {(b[0], b[5]) for b in BRANCHES if b[4] == SKIP}
+    assert not UNKNOWN_BRANCHES - skips, UNKNOWN_BRANCHES - skips
+
+
 @pytest.mark.parametrize(("check_id", "host", "profile", "edits", "want", "text"), BRANCHES,
                          ids=[f"{b[0]}-{b[4]}-{i}" for i, b in enumerate(BRANCHES)])
 def test_branch(check_id: str, host: str, profile: str | dict[str, Any],
@@ -344,6 +367,95 @@ def test_branch(check_id: str, host: str, profile: str | dict[str, Any],
     have = _run(check_id, _changed(host, *edits), prof)
     assert (have.status, text in have.detail) == (want, True), have.detail
     assert "\n" not in have.detail
+    assert have.unknown is ((check_id, text) in UNKNOWN_BRANCHES), have.detail
+
+
+# -- not applicable vs unknown on real fixture trees -------------------------------------------
+
+GPU_JUDGED = [i for i in GPU_IDS if i != "gpu.dcgm-diag"]  # dcgm-diag: not asked for here
+
+
+def _tree(tmp_path: Path, host: str) -> Path:
+    """A copy of fixture sysroot ``host`` to break."""
+    root = tmp_path / host
+    shutil.copytree(SYSROOTS / host, root, symlinks=True)
+    return root
+
+
+def _outcomes(root: Path, profile: str, layers: list[str]) -> dict[str, Outcome]:
+    facts = gather_facts(Sysroot(str(root)), layers)
+    return {c.id: c.func(facts, _profile(profile)) for c in CHECKS if c.layer in ("gpu", "vm")}
+
+
+def test_garbled_nvidia_smi_capture_leaves_the_gpu_checks_unknown(tmp_path: Path):
+    """GPUs there, their nvidia-smi report cut in half: no GPU check can judge them (unknown,
+    naming the file and why); nvidia-smi itself fails, as a broken nvidia-smi does."""
+    root = _tree(tmp_path, "healthy-h100")
+    xml = root / ".exemplar/commands/nvidia-smi-q-x.xml"
+    xml.write_text(xml.read_text()[:5000])
+    found = _outcomes(root, "h100-x86", ["gpu", "vm", "cpu"])
+    for check_id in GPU_JUDGED:
+        have = found[check_id]
+        assert (have.status, have.unknown) == (SKIP, True), check_id
+        assert "/.exemplar/commands/nvidia-smi-q-x.xml: malformed XML" in have.detail, check_id
+    assert found["gpu.nvidia-smi"].status == FAIL
+    assert (found["gpu.dcgm-diag"].status, found["gpu.dcgm-diag"].unknown) == (SKIP, False)
+
+
+def test_gpus_on_the_bus_without_nvidia_smi_are_unknown_not_absent(tmp_path: Path):
+    """The capture lacks nvidia-smi but the PCI bus shows the 8 H100s: the GPU checks cannot
+    judge them (unknown), they do not call the host GPU-less."""
+    root = _tree(tmp_path, "healthy-h100")
+    (root / ".exemplar/commands/nvidia-smi-q-x.xml").unlink()
+    found = _outcomes(root, "h100-x86", ["gpu", "vm", "cpu"])
+    for check_id in [*GPU_JUDGED, "gpu.nvidia-smi"]:
+        if check_id == "gpu.count":  # a GPU count the profile expects: no GPU visible fails
+            assert found[check_id].status == FAIL
+            continue
+        have = found[check_id]
+        assert (have.status, have.unknown) == (SKIP, True), check_id
+        assert "8 NVIDIA GPUs on the PCI bus" in have.detail, check_id
+        assert "nvidia-smi-q-x.xml: not captured" in have.detail, check_id
+
+
+def test_a_host_without_gpus_makes_the_gpu_checks_not_applicable(tmp_path: Path):
+    """A CPU node: no nvidia-smi and no NVIDIA device on the PCI bus."""
+    root = _tree(tmp_path, "h100-x86")
+    (root / ".exemplar/commands/nvidia-smi-q-x.xml").unlink()
+    for link in (root / "sys/bus/pci/devices").iterdir():
+        device = link.resolve()
+        if (device / "vendor").read_text().strip() == "0x10de":
+            link.unlink()
+            shutil.rmtree(device)
+    found = _outcomes(root, "h100-x86", ["gpu", "vm", "cpu"])
+    for check_id in [i for i in GPU_JUDGED if i not in ("gpu.count", "gpu.xids")]:
+        have = found[check_id]
+        assert (have.status, have.unknown) == (SKIP, False), check_id
+        assert have.detail.startswith("no GPU on this host"), check_id
+    assert (found["gpu.nvidia-smi"].status, found["gpu.nvidia-smi"].unknown) == (SKIP, False)
+
+
+def test_vm_checks_not_applicable_on_x86_unknown_when_the_arch_cannot_be_read(tmp_path: Path):
+    x86 = _outcomes(SYSROOTS / "h100-x86", "gb200-grace", ["vm"])["vm.cmdqv"]
+    assert (x86.status, x86.unknown) == (SKIP, False)
+    assert x86.detail.startswith("not applicable: arch x86_64")
+    root = _tree(tmp_path, "gb200-grace-vm")
+    (root / "proc/sys/kernel/arch").write_text("aarch64 (emulated)\n")
+    have = _outcomes(root, "gb200-grace", ["vm"])["vm.cmdqv"]
+    assert (have.status, have.unknown) == (SKIP, True)
+    assert "/proc/sys/kernel/arch: not a machine name" in have.detail
+
+
+def test_an_unreadable_iommu_group_type_leaves_the_domain_unknown(tmp_path: Path):
+    root = _tree(tmp_path, "healthy-h100")
+    (root / "sys/kernel/iommu_groups/0/type").write_text("\n")
+    have = _outcomes(root, "h100-x86", ["vm"])["vm.iommu-domain"]
+    assert (have.status, have.unknown) == (SKIP, True)
+    assert "/sys/kernel/iommu_groups/0/type" in have.detail
+    absent = _with("h100-x86", "vm", "iommu_default_domain", None)
+    silent = BY_ID["vm.iommu-domain"].func(_facts("healthy-h100"), absent)
+    assert (silent.status, silent.unknown, silent.detail) == (
+        SKIP, False, "profile sets no vm.iommu_default_domain")
 
 
 @pytest.mark.parametrize("reason", ["hw_slowdown", "hw_thermal_slowdown",

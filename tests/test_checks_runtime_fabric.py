@@ -8,6 +8,7 @@ none. Every other branch is reached by editing a deep copy of a fixture's facts.
 from __future__ import annotations
 
 import copy
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, PASS, SKIP, WARN
 from exemplar_tune.checks.fabric import (
+    check_link_flaps,
     check_nccl_measured_here,
     check_nccl_settings,
     check_nccl_suspicious_keys,
@@ -66,11 +68,12 @@ WANT = {
                  "fabric.pcie-acs": SKIP, "fabric.nic-ats": SKIP,
                  "fabric.nccl-settings": SKIP, "fabric.nccl-suspicious-keys": PASS,
                  "fabric.nccl-measured-here": SKIP, "workload.reference": SKIP},
+    # healthy-h100 has the topo -m, lspci -vvv and driver captures a real node answers
     "healthy-h100": {"runtime.topo-file": PASS, "runtime.topo-in-container": PASS,
                      "runtime.stale-nccl-conf": PASS, "fabric.ports": PASS,
-                     "fabric.ib-errors": SKIP, "fabric.gpu-nic-locality": SKIP,
-                     "fabric.gpudirect-rdma": SKIP, "fabric.link-flaps": PASS,
-                     "fabric.pcie-acs": SKIP, "fabric.nic-ats": SKIP,
+                     "fabric.ib-errors": SKIP, "fabric.gpu-nic-locality": PASS,
+                     "fabric.gpudirect-rdma": PASS, "fabric.link-flaps": PASS,
+                     "fabric.pcie-acs": PASS, "fabric.nic-ats": SKIP,
                      "fabric.nccl-settings": SKIP, "fabric.nccl-suspicious-keys": PASS,
                      "fabric.nccl-measured-here": SKIP, "workload.reference": SKIP},
     "gb200-grace-vm": {"runtime.topo-file": FAIL, "runtime.topo-in-container": SKIP,
@@ -265,6 +268,20 @@ def test_topo_in_container_no_runtime_asks_for_launcher() -> None:
     outcome = check_topo_in_container(_facts("gb200-grace-vm"), load_profile("gb200-grace"))
     assert outcome.detail == ("no enroot or pyxis on this host: give --launcher to check "
                               "inside the job container")
+    assert outcome.unknown is False  # no container runtime here: nothing to judge
+
+
+def test_topo_in_container_unknown_when_enroot_cannot_be_read(tmp_path: Path) -> None:
+    """The same host with a dangling environ.d link: enroot's configuration cannot be read,
+    so whether containers get the file is unknown (not "no enroot"), naming the file."""
+    root = tmp_path / "host"
+    shutil.copytree(SYSROOTS / "gb200-grace-vm", root, symlinks=True)
+    (root / "etc/enroot/environ.d").mkdir(parents=True)
+    (root / "etc/enroot/environ.d/50-nccl.env").symlink_to("/nonexistent/50-nccl.env")
+    facts = gather_facts(Sysroot(str(root)), LAYERS)
+    outcome = check_topo_in_container(facts, load_profile("gb200-grace"))
+    assert (outcome.status, outcome.unknown) == (SKIP, True)
+    assert "/etc/enroot/environ.d/50-nccl.env" in outcome.detail
 
 
 @pytest.mark.parametrize("name, carry_env, carry_mount, want", [
@@ -331,6 +348,7 @@ def test_topo_in_container_probe_wins_over_enroot(name: str, probe: dict, want: 
     assert outcome.status == want, name
     assert text in outcome.detail
     assert outcome.evidence == (f"probe: {probe['launcher']}",)
+    assert outcome.unknown is (want == SKIP)  # a failed probe judged nothing
 
 
 def test_topo_in_container_probe_without_enroot() -> None:
@@ -415,6 +433,44 @@ def test_ports_skip() -> None:
     facts = facts_of("h100-x86")
     facts["fabric"]["ib_devices"] = None
     assert check_ports(facts, load_profile("h100-x86")).status == SKIP
+
+
+# -- not applicable vs unknown on real fixture trees -------------------------------------------
+
+def test_fabric_checks_not_applicable_on_bare_metal_unknown_without_nvidia_smi_topo() -> None:
+    """h100-x86 with every layer: ATS is not configured on bare metal and the profile names
+    no NCCL setting (not applicable); its GPUs and RDMA NICs are there but the capture lacks
+    ``nvidia-smi topo -m`` and ``lspci -vvv``, so locality and ACS cannot be judged."""
+    facts = gather_facts(Sysroot(str(SYSROOTS / "h100-x86")))
+    profile = load_profile("h100-x86")
+    by_id = {c.id: c.func(facts, profile) for c in CHECKS if c.layer == "fabric"}
+    for check_id, reason in (("fabric.nic-ats", "bare metal: ATS matters"),
+                             ("fabric.nccl-settings", "profile sets no fabric.nccl")):
+        have = by_id[check_id]
+        assert (have.status, have.unknown) == (SKIP, False), check_id
+        assert have.detail.startswith(reason), have.detail
+    for check_id, command in (("fabric.gpu-nic-locality", "nvidia-smi-topo-m.txt"),
+                              ("fabric.pcie-acs", "lspci-vvv.txt")):
+        have = by_id[check_id]
+        assert (have.status, have.unknown) == (SKIP, True), check_id
+        assert f"/.exemplar/commands/{command}: not captured" in have.detail, have.detail
+
+
+def test_link_flaps_unknown_when_the_kernel_log_cannot_be_read(tmp_path: Path) -> None:
+    """dmesg refused (dmesg_restrict without root): the captured run failed, so link flaps
+    cannot be judged on a host that has RDMA NICs; the reason names the command and why."""
+    root = tmp_path / "host"
+    shutil.copytree(SYSROOTS / "h100-x86", root, symlinks=True)
+    commands = root / ".exemplar/commands"
+    (commands / "dmesg.txt").unlink()
+    (commands / "dmesg.txt.rc").write_text("1\n")
+    (commands / "dmesg.txt.stderr").write_text(
+        "dmesg: read kernel buffer failed: Operation not permitted\n")
+    facts = gather_facts(Sysroot(str(root)), LAYERS)
+    outcome = check_link_flaps(facts, load_profile("h100-x86"))
+    assert (outcome.status, outcome.unknown) == (SKIP, True)
+    assert "dmesg" in outcome.detail and "Operation not permitted" in outcome.detail
+    assert outcome.detail.endswith("link flaps not judged")
 
 
 # -- fabric.nccl-settings, fabric.nccl-suspicious-keys ----------------------------------------
@@ -508,6 +564,9 @@ def test_workload_reference(name: str, results: dict | None, want: str, text: st
                                                                    workload=REFERENCE))
     assert outcome.status == want, name
     assert text in outcome.detail
+    # a measured shape whose result is unusable cannot be judged; no result or no measured
+    # shape of the reference leaves nothing to judge
+    assert outcome.unknown is (name == "unit-mismatch")
 
 
 def test_workload_gate_boundary_and_ratio() -> None:

@@ -212,3 +212,21 @@ def test_a_missing_inventory_is_one_line_for_every_command(tmp_path, argv):
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == (f"exemplar-tune: error: inventory {missing} not found (a file "
                                   "or directory; a host list needs a comma: -i node1,)")
+
+
+def test_apply_where_no_host_answers_offers_no_undo_and_names_the_profile_asked_for(tmp_path):
+    """Nothing was journaled: no 'undo with' (a restore that would fail); the profile line
+    says what was asked for, never 'auto ()'; unreachable hosts still exit 1."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  vars:\n    ansible_host: 127.0.0.1\n    ansible_port: 1\n"
+                         "    ansible_ssh_common_args: -o ConnectTimeout=3\n"
+                         "  hosts:\n    gone1:\n    gone2:\n")
+    common = ["apply", "--layer", "cpu", "-i", str(inventory), "--ledger",
+              str(tmp_path / "l.db")]
+    out = cli(*common)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.splitlines()[0].startswith("apply cpu (profile auto (no host answered)),")
+    assert "gone[1-2]: UNREACHABLE: " in out.stdout
+    assert "undo with" not in out.stdout and "auto ()" not in out.stdout
+    doc = json.loads(cli(*common, "--format", "json").stdout)
+    assert doc["undo"] is None and sorted(doc["unreachable"]) == ["gone1", "gone2"]

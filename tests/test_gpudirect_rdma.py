@@ -30,6 +30,9 @@ def host(tmp_path: Path, version: str | None, peermem: bool = False,
          move_notify: bool | None = True) -> Path:
     root = tmp_path / "host"
     shutil.copytree(SYSROOTS / "healthy-h100", root, symlinks=True)
+    # the fixture has the driver's version file and nvidia_peermem loaded: each case says its own
+    (root / "proc/driver/nvidia/version").unlink()
+    shutil.rmtree(root / "sys/module/nvidia_peermem")
     if version is not None:
         (root / "proc/driver/nvidia").mkdir(parents=True, exist_ok=True)
         (root / "proc/driver/nvidia/version").write_text(version)

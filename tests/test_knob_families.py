@@ -179,14 +179,23 @@ def test_the_knob_reads_back_as_a_fact_and_its_declared_check_judges_it(host):
     assert facts["sources"]["sched_autogroup"] == "/proc/sys/kernel/sched_autogroup_enabled"
 
 
-def test_a_host_without_the_parameter_skips_the_check_and_still_persists_it(host):
+def test_a_host_without_the_parameter_skips_the_check_and_the_knob_saying_why(host):
+    """A kernel without the parameter has nothing to set now, and a sysctl.d line for it
+    would only fail at every boot: the knob does not apply (never "no drift")."""
     (host / "proc/sys/kernel/sched_autogroup_enabled").unlink()
     facts = {"cpu": get_layer("cpu").gather(Sysroot(str(host)))}
     found = {r.id: r for r in run_checks(facts, {"cpu": BOTH}, ["cpu"])}
     assert found["cpu.sched-autogroup"].status == SKIP
     assert "/proc/sys/kernel/sched_autogroup_enabled absent" in found["cpu.sched-autogroup"].detail
-    _apply(host, {"sched_autogroup": 0})
-    assert "kernel.sched_autogroup_enabled = 0\n" in (host / SYSCTL_D).read_text()
+    before = state_of(host)
+    (knob,) = _apply(host, {"sched_autogroup": 0})["knobs"]
+    assert knob["not_applicable"] == (
+        "/proc/sys/kernel/sched_autogroup_enabled: not present: the running kernel has no "
+        "kernel.sched_autogroup_enabled (built without it, or its module is not loaded)")
+    assert not knob["changed"] and knob["journal_entries"] == []
+    assert "sched_autogroup" not in (host / SYSCTL_D).read_text()
+    assert {p: e[:4] for p, e in state_of(host).items() if "journal" not in p} == \
+        without_mtimes(before)
 
 
 def test_a_host_value_of_the_wrong_type_is_a_fact_error_and_the_check_says_why(host):

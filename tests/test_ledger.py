@@ -155,6 +155,41 @@ def test_unknown_experiment_and_layer_are_user_errors(ledger: Ledger) -> None:
     assert ledger.show(exp)["samples"] == []
 
 
+def test_a_restore_is_recorded_and_the_layer_restored_once_every_changed_host_is(
+        ledger: Ledger) -> None:
+    """An apply changed gpu1 and gpu2 (gpu3 had nothing to change): a restore that reached
+    only gpu1 leaves the layer applied; one that reaches gpu2 makes it restored. A change
+    after a restore needs a restore again."""
+    exp = ledger.start_experiment("apply", "h100", TARGET, {"layer": "cpu"})
+    ledger.add_layer(exp, "cpu", 0, "my-run")
+    knob = {"layer": "cpu", "knob": "governor", "changes": [], "reboot_required": False}
+    ledger.record_hosts(exp, "cpu", {h: {"status": "ok", "changed": [knob] if h != "gpu3" else [],
+                                         "error": None} for h in ("gpu1", "gpu2", "gpu3")})
+    ledger.set_layer_status(exp, "cpu", "applied")
+    assert ledger.record_restore(exp, "cpu", {"gpu1": None, "gpu2": "unreachable: refused"}) \
+        is False
+    assert ledger.show(exp)["layers"][0]["status"] == "applied"
+    assert ledger.record_restore(exp, "cpu", {"gpu2": None}) is True
+    have = ledger.show(exp)
+    assert have["layers"][0]["status"] == "restored" and have["layers"][0]["finished_at"]
+    assert [(h["host"], h["status"], h["changed"], h["error"]) for h in have["hosts"][3:]] == [
+        ("gpu1", "restored", [], None), ("gpu2", "not restored", [], "unreachable: refused"),
+        ("gpu2", "restored", [], None)]
+    ledger.record_hosts(exp, "cpu", {"gpu1": {"status": "ok", "changed": [knob], "error": None}})
+    assert ledger.record_restore(exp, "cpu", {"gpu2": None}) is False
+
+
+def test_an_experiment_is_found_by_the_run_id_its_layer_journaled_under(
+        ledger: Ledger) -> None:
+    """``apply --run-id NAME`` journals under NAME: show and restore take NAME too."""
+    exp = ledger.start_experiment("apply", "h100", TARGET, {"layer": "cpu"})
+    ledger.add_layer(exp, "cpu", 0, "my-run")
+    assert ledger.show("my-run")["experiment"]["id"] == exp
+    assert ledger.show(exp)["experiment"]["id"] == exp
+    with pytest.raises(UserError, match="no experiment 'other-run' in "):
+        ledger.show("other-run")
+
+
 @pytest.mark.parametrize(("call", "want"), [
     (lambda led, exp: led.set_layer_status(exp, "cpu", "done"), "layer status 'done'"),
     (lambda led, exp: led.set_layer_status(exp, "cpu", "kept", colour=1), "unknown field"),

@@ -20,7 +20,7 @@ from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.hosts import BASES, TREES
 from exemplar_tune.sim.model import host_state, load_scenario
 from tests.conftest import SYSROOTS
-from tests.helpers import cli_env, tree_hash
+from tests.helpers import EXEMPLAR_STATE, cli_env, tree_hash
 from tests.test_cli import cli
 
 
@@ -119,6 +119,96 @@ def test_kernel_arguments_reach_the_next_boot_through_the_rebuild_and_leave_with
     assert (host / "boot/grub/grub.cfg").read_text() == grub_cfg
     _sim_boot(host)
     assert host_state(str(host))["cmdqv_missing"]
+
+
+def _reboot_command(out):
+    """The command of a restore's ``REBOOT REQUIRED on HOSTS to take effect: COMMAND``
+    line, and the hosts it names."""
+    (line,) = [line for line in out.stdout.splitlines() if line.startswith("REBOOT REQUIRED")]
+    hosts, _, command = line.removeprefix("REBOOT REQUIRED on ").partition(" to take effect: ")
+    return hosts, command
+
+
+def test_restore_of_kernel_arguments_says_which_hosts_to_reboot_with_a_command_that_does(
+        gb300, tmp_path):
+    """Kernel arguments put back take effect at the next boot: restore names the hosts and
+    the command that reboots them (run as printed, they boot with the old arguments again),
+    in text and JSON; show tells the layer restored, with what apply changed; a restore
+    that puts nothing back asks for no reboot."""
+    cluster = _copy_cluster(gb300, tmp_path)
+    hosts = [cluster / "hosts/node01", cluster / "hosts/node02"]
+    ledger = str(tmp_path / "ledger.db")
+    apply = ["apply", "--layer", "vm", "-i", str(cluster / "inventory.yml"), "--profile",
+             str(cluster / "profile.yaml"), "--ledger", ledger, "--format", "json"]
+    experiment = json.loads(cli(*apply).stdout)["experiment"]
+    for host in hosts:
+        _sim_boot(host)
+        assert not host_state(str(host))["cmdqv_missing"]
+    out = cli("restore", "--run", experiment, "--ledger", ledger)
+    assert out.returncode == 0, out.stdout + out.stderr
+    names, command = _reboot_command(out)
+    assert names == "node[01-02]" and command.endswith(
+        f"-i {cluster / 'inventory.yml'} exemplar.tune.reboot --limit node01,node02")
+    assert not host_state(str(hosts[0]))["cmdqv_missing"], "restored, not booted yet"
+    booted = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                            env=cli_env(), cwd=tmp_path, check=False, timeout=300)
+    assert booted.returncode == 0, booted.stdout + booted.stderr
+    assert all(host_state(str(host))["cmdqv_missing"] for host in hosts)
+    shown = cli("show", experiment, "--ledger", ledger).stdout
+    assert "  vm       restored\n" in shown, shown
+    assert "    node[01-02] (2/2): changed cmdqv_params; REBOOT REQUIRED to take effect\n" \
+        in shown and "        /etc/default/grub:\n" in shown
+    assert "arm_smmu_v3.disable_cmdqv=1" in shown and "    restored on node[01-02] (" in shown
+    again = cli("rollback", "--run", experiment, "--ledger", ledger, "--format", "json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["reboot_required"] == [] and doc["reboot_command"] is None
+
+
+def test_a_restore_needs_a_reboot_where_it_put_back_a_boot_time_change():
+    """Where the restore put entries back of a layer the ledger saw change a boot-time knob
+    on that host (as reported, or registered with reboot), or the module says so (BIOS)."""
+    from exemplar_tune.commands.change import reboot_hosts
+
+    knob = {"layer": "vm", "knob": "cmdqv_params", "changes": [], "reboot_required": False}
+    doc = {"hosts": [{"layer": "vm", "host": h, "changed": [knob]} for h in ("n1", "n2", "n3")]
+           + [{"layer": "cpu", "host": "n4", "changed": [{"layer": "cpu", "knob":
+                                                          "numa_balancing"}]}]}
+    answered = {"n1": ([1, 2], False), "n2": ([], False), "n3": ([3], False), "n4": ([1], True),
+                "n5": ([1], False)}
+    hosts = {h: {"restored": r, "reboot_required": flag} for h, (r, flag) in answered.items()}
+    assert reboot_hosts(doc, {"vm": {"hosts": hosts}}) == ["n1", "n3", "n4"]
+
+
+def test_the_undo_hint_of_apply_names_the_hosts_that_changed_and_runs_as_printed(
+        gb300, tmp_path):
+    """One host unreachable: the hint restores the hosts that changed (the unreachable one
+    would fail it), from the ledger apply wrote; run as printed, it puts them back."""
+    cluster = _copy_cluster(gb300, tmp_path)
+    inventory = yaml.safe_load((cluster / "inventory.yml").read_text())
+    inventory["all"]["hosts"]["gone1"] = {
+        "ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+        "ansible_ssh_common_args": "-o ConnectTimeout=3"}
+    (cluster / "mixed.yml").write_text(yaml.safe_dump(inventory))
+    before = {h: tree_hash(cluster / "hosts" / h, EXEMPLAR_STATE) for h in ("node01", "node02")}
+    ledger = tmp_path / "ledger.db"
+    out = cli("apply", "--layer", "cpu", "-i", str(cluster / "mixed.yml"), "--profile",
+              str(cluster / "profile.yaml"), "--ledger", str(ledger))
+    assert out.returncode == 1, out.stdout + out.stderr
+    experiment = out.stdout.split("experiment ", 1)[1].split()[0]
+    assert "node[01-02] (2/2): changed " in out.stdout and "gone1: UNREACHABLE" in out.stdout
+    hint = f"exemplar-tune restore --run {experiment} --ledger {ledger} --limit 'node[01-02]'"
+    assert out.stdout.splitlines()[-1] == f"undo with: {hint}"
+    undo = subprocess.run(["bash", "-c", hint], capture_output=True, text=True, env=cli_env(),
+                          cwd=tmp_path, check=False, timeout=300)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert {h: tree_hash(cluster / "hosts" / h, EXEMPLAR_STATE) for h in before} == before
+    shown = cli("show", experiment, "--ledger", str(ledger)).stdout.splitlines()
+    assert shown[1:3] == ["  cpu      restored", "    node[01-02] (2/3): changed deep_cstates, "
+                          "housekeeping, numa_balancing"]
+    assert "        /proc/sys/kernel/numa_balancing: '1' -> '0'" in shown
+    assert shown[-2].startswith("    gone1: UNREACHABLE: ")
+    assert shown[-1].startswith("    restored on node[01-02] (")
 
 
 def test_after_applying_the_cpu_layer_preflight_agrees_with_audit(gb300, tmp_path):

@@ -14,12 +14,16 @@ import yaml
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from exemplar_tune.fleet.majority import Difference
+from exemplar_tune.orchestration.benchmark import BenchmarkSpec
 from exemplar_tune.orchestration.slow_nodes import (
     explain,
     judge,
+    lost_groups,
+    measure,
     measure_on_hosts,
     node_value,
     slow_groups,
+    unanswered,
 )
 from exemplar_tune.reports.prometheus import slow_nodes_text
 from exemplar_tune.sim.cluster import create_cluster
@@ -130,6 +134,38 @@ def test_a_node_run_is_read_from_what_it_printed():
         node_value("command", {"output": wrong, "seconds": 9.0}, "n1")
 
 
+STEPS = ("import os, sys\nhost = os.environ['EXEMPLAR_TUNE_HOSTS']\nif host == 'a2':\n"
+         "    sys.exit('a2 lost its GPU')\nfor i in range(1, 21):\n    print(f' iteration {i}/20"
+         " | elapsed time per iteration (ms): {100 + (host == \"a3\")}.0 |')\n")
+
+
+def test_a_benchmark_that_fails_on_a_host_names_it_and_the_others_are_measured():
+    """--bench: a host whose run fails is named with the run and why, and run no more."""
+    spec = BenchmarkSpec("dense", (sys.executable, "-c", STEPS), "megatron", timeout=60)
+    run = AnsibleRun(local_inventory(["a1", "a2", "a3"]))
+    values, failed = measure(run, spec, ["a1", "a2", "a3"], 3, None, lambda _: None)
+    assert failed == {"a2": "run 1 of 3: exit status 1: a2 lost its GPU"}
+    assert values == {"a1": [100.0] * 3, "a3": [101.0] * 3}
+
+
+def test_hosts_that_gave_no_result_are_named_and_folded_by_why():
+    """A pass stopped at --timeout reports nothing of the hosts still running: they are the
+    inventory's hosts that did not answer."""
+    run = AnsibleRun(local_inventory([f"node{i:02d}" for i in range(1, 6)]), timeout=30)
+    lost = unanswered(run, ["node03"], "canceled")
+    assert sorted(lost) == ["node01", "node02", "node04", "node05"]
+    assert set(lost.values()) == {"no result within --timeout 30 s (raise it for long "
+                                  "benchmarks)"}
+    assert unanswered(run, ["node03"], "failed")["node01"] == \
+        "no result (ansible-runner status failed)"
+    lost["node03"] = "command run 1 of 3 (/opt/node03/gemm): exit status 3"
+    assert lost_groups(lost) == [
+        {"hosts": "node[01-02,04-05]", "count": 4,
+         "reason": "no result within --timeout 30 s (raise it for long benchmarks)"},
+        {"hosts": "node03", "count": 1,
+         "reason": "command run 1 of 3 (/opt/{host}/gemm): exit status 3"}]
+
+
 @pytest.mark.system
 def test_the_node_benchmark_runs_the_hosts_command_or_the_cpu_loop_and_refuses_a_mix(tmp_path):
     """Real Ansible, local hosts: a host without a command and without nccl-tests runs the
@@ -195,16 +231,51 @@ def test_slow_nodes_finds_and_explains_a_host_whose_idle_state_is_disabled(tmp_p
 
 @pytest.mark.system
 def test_slow_nodes_refuses_a_fleet_where_a_host_failed(tmp_path):
-    """A host whose benchmark fails is not left out of the comparison silently."""
+    """A host whose benchmark fails is not left out of the comparison silently: it is
+    named, with why, and nothing is compared (exit 1)."""
     directory = tmp_path / "c"
     create_cluster(directory, "healthy", hosts=3)
     inventory = yaml.safe_load((directory / "inventory.yml").read_text())
     inventory["all"]["hosts"]["node02"]["exemplar_node_bench_command"] = ["false"]
     (directory / "broken.yml").write_text(yaml.safe_dump(inventory))
     out = cli("slow-nodes", "-i", str(directory / "broken.yml"), "--runs", "3")
-    assert out.returncode == 2, out.stdout + out.stderr
-    (line,) = out.stderr.strip().splitlines()[-1:]
-    assert "1 host(s) failed while running the node benchmark: node02 (command run 1 of 3" in line
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "slow-nodes: nothing compared: 1 of 3 host(s) failed or timed out while running the "
+        "node benchmark (--limit leaves hosts out)",
+        "  FAILED node02: command run 1 of 3 (false): exit status 1"]
+
+
+@pytest.mark.system
+def test_slow_nodes_names_the_hosts_whose_benchmark_timed_out_or_failed(tmp_path):
+    """Every node benchmark still running when --timeout stops the pass: the hosts are
+    named with why (not "0 hosts: too few"), in the table and in JSON; with --bench, a
+    benchmark that fails everywhere names the hosts and the run."""
+    directory = tmp_path / "c"
+    create_cluster(directory, "healthy", hosts=3)
+    inventory = yaml.safe_load((directory / "inventory.yml").read_text())
+    for host in inventory["all"]["hosts"].values():
+        host["exemplar_node_bench_command"] = ["sleep", "60"]
+    (directory / "sleepy.yml").write_text(yaml.safe_dump(inventory))
+    common = ["slow-nodes", "-i", str(directory / "sleepy.yml"), "--runs", "3", "--timeout", "4"]
+    out = cli(*common)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout.splitlines()[1:] == [
+        "  FAILED node[01-03]: no result within --timeout 4 s (raise it for long benchmarks)"]
+    assert "3 of 3 host(s) failed or timed out" in out.stdout
+    out = cli(*common, "--format", "json")
+    assert out.returncode == 1, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["lost"] == [{"hosts": "node[01-03]", "count": 3, "reason": "no result within "
+                            "--timeout 4 s (raise it for long benchmarks)"}]
+    assert doc["hosts"] == [] and doc["slow"] == ""
+    bench = directory / "failing.yaml"
+    bench.write_text(yaml.safe_dump({"shapes": [{"name": "gemm", "parser": "megatron",
+                                                 "command": ["false"]}]}))
+    out = cli("slow-nodes", "-i", str(directory / "inventory.yml"), "--bench", str(bench),
+              "--runs", "3")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "  FAILED node[01-03]: run 1 of 3: exit status 1 (no output)" in out.stdout
 
 
 @pytest.mark.system

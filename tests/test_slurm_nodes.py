@@ -70,10 +70,10 @@ def test_dry_run_prints_the_commands_and_changes_nothing(cluster, fleet):
               "--dry-run")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == [
-        "drain node2 (host gpu02): Reason=exemplar:gpu.remapped-rows",
+        "drain node2 (host gpu02): Reason=exemplar:health:gpu.remapped-rows",
         "left alone node4 (host gpu04): already drained: RMA 42",
         "would run: scontrol update NodeName=node2 State=DRAIN "
-        "Reason=exemplar:gpu.remapped-rows"]
+        "Reason=exemplar:health:gpu.remapped-rows"]
     assert states(cluster) == before
 
 
@@ -81,7 +81,7 @@ def test_drain_then_resume_only_what_exemplar_drained(cluster, fleet):
     inventory, result = fleet
     out = cli(cluster, "slurm", "drain", "--failing", str(result), "-i", str(inventory))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert cluster.node_state("node2") == ("drained", "exemplar:gpu.remapped-rows")
+    assert cluster.node_state("node2") == ("drained", "exemplar:health:gpu.remapped-rows")
     assert cluster.node_state("node4") == ("drained", "RMA 42")
     assert cluster.node_state("node1")[0] == cluster.node_state("node3")[0] == "idle"
 
@@ -92,7 +92,7 @@ def test_drain_then_resume_only_what_exemplar_drained(cluster, fleet):
     out = cli(cluster, "slurm", "resume", "--nodes", "node[2-4]")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines() == [
-        "resume node2: was exemplar:gpu.remapped-rows",
+        "resume node2: was exemplar:health:gpu.remapped-rows",
         "left alone node3: not drained (IDLE)",
         "left alone node4: drained by someone else: RMA 42",
         "scontrol update NodeName=node2 State=RESUME"]
@@ -121,7 +121,7 @@ def test_without_inventory_the_host_name_is_the_node_name(cluster, tmp_path, fle
     out = cli(cluster, "slurm", "drain", "--failing", str(edited))
     assert out.returncode == 1  # gpu09 is no Slurm node
     assert "not drained gpu09: no such Slurm node" in out.stdout
-    assert cluster.node_state("node3") == ("drained", "exemplar:gpu.remapped-rows")
+    assert cluster.node_state("node3") == ("drained", "exemplar:health:gpu.remapped-rows")
 
 
 @pytest.mark.parametrize("content, message", [

@@ -4,7 +4,8 @@ into the test cluster's configuration, read by slurmd, run before each job.
 The cluster's directory is the role's sysroot (its ``slurm.conf`` is ``/etc/slurm.conf``
 there); the gate reads each fake node's host tree with ``--sysroot NODES/%n``
 (:func:`tests.slurmcluster.node_sysroots`: node1/node3 healthy, node2 with C6 disabled,
-node4 the ``h100-x86`` fixture).
+node4 the ``h100-x86`` fixture). A test that breaks a tree (an Xid 79, an empty tree) puts it
+back before the next.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from exemplar_tune.fleet.ansible_run import AnsibleRun, local_inventory
 from tests.helpers import cli_env
-from tests.slurmcluster import node_sysroots
+from tests.slurmcluster import break_gpu, heal, node_sysroots
 
 pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
 
@@ -107,11 +108,13 @@ def test_a_failing_tuning_preference_is_logged_and_never_drains(cluster):
                            "--sysroot", f"{cluster.gate_nodes}/%n"], capture_output=True,
                           text=True, env=env, timeout=120, check=False)
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert gate.stdout.splitlines() == [
-        "exemplar-tune prolog node2 job 98: FAIL cpu.deep-cstates-disabled: C6 (290 us) "
-        "disabled on CPUs 2 (default_status=enabled) (tuning, not draining)",
-        gate.stdout.splitlines()[1]]
-    assert gate.stdout.splitlines()[1].startswith("exemplar-tune prolog node2 job 98: pass (")
+    fail, verdict, passed = gate.stdout.splitlines()
+    assert fail == ("exemplar-tune prolog node2 job 98: FAIL cpu.deep-cstates-disabled: C6 "
+                    "(290 us) disabled on CPUs 2 (default_status=enabled) (tuning, not draining)")
+    # the verdict names its first action, with the command that reaches this node's tree
+    assert verdict.startswith("exemplar-tune prolog node2 job 98: verdict: ")
+    assert "; first action: " in verdict and f"--sysroot {cluster.gate_nodes}/node2" in verdict
+    assert passed.startswith("exemplar-tune prolog node2 job 98: pass (")
     assert cluster.node_state("node2")[0] in ("idle", "mixed", "completing")
 
 
@@ -119,11 +122,46 @@ def test_a_failing_health_check_drains_the_node_with_its_id(cluster):
     done = srun(cluster, "-w", "node4", "/bin/echo", "ran")
     assert done.returncode != 0 and "ran" not in done.stdout
     assert cluster.wait_for(lambda: cluster.node_state("node4")[0] == "drained", 10)
-    assert cluster.node_state("node4")[1] == "exemplar:gpu.remapped-rows"
+    assert cluster.node_state("node4")[1] == "exemplar:health:gpu.remapped-rows"
     log = (cluster.dir / "log" / "slurmd-node4.log").read_text()
     assert "FAIL gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
     assert "FAIL gpu.persistence-mode: " in log and "(tuning, not draining)" in log
-    assert "drained, Reason=exemplar:gpu.remapped-rows" in log
+    assert "verdict: health gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
+    assert "; first action: " in log and "pending -> drain and reset the GPU" in log
+    assert "drained, Reason=exemplar:health:gpu.remapped-rows" in log
+
+
+def test_a_gpu_fallen_off_the_bus_drains_the_node(cluster):
+    """node3's kernel log gets an Xid 79: gpu.xids fails (REBOOT) and drains it."""
+    tree = break_gpu(cluster.gate_nodes / "node3")
+    try:
+        done = srun(cluster, "-w", "node3", "/bin/echo", "ran")
+        assert done.returncode != 0 and "ran" not in done.stdout
+        assert cluster.wait_for(lambda: cluster.node_state("node3")[0] == "drained", 10)
+        assert cluster.node_state("node3")[1] == "exemplar:health:gpu.xids"
+        log = (cluster.dir / "log" / "slurmd-node3.log").read_text()
+        assert "FAIL gpu.xids: 00000000:A4:00.0 Xid 79 (GPU has fallen off the bus)" in log
+        assert "; first action: " in log and "REBOOT on 00000000:A4:00.0" in log
+    finally:
+        heal(tree)
+
+
+def test_an_unreadable_node_fails_closed(cluster):
+    """node1's tree is empty: its verdict is unknown, the gate drains it (exit 2)."""
+    tree = cluster.gate_nodes / "node1"
+    tree.rename(tree.with_name("node1.away"))
+    tree.mkdir()
+    try:
+        done = srun(cluster, "-w", "node1", "/bin/echo", "ran")
+        assert done.returncode != 0 and "ran" not in done.stdout
+        assert cluster.wait_for(lambda: cluster.node_state("node1")[0] == "drained", 10)
+        assert cluster.node_state("node1")[1] == "exemplar:unknown:not-a-readable-host"
+        log = (cluster.dir / "log" / "slurmd-node1.log").read_text()
+        assert "verdict: unknown: not a readable host: /proc/cpuinfo: not present" in log
+        assert "prolog failed: rc:2 " in log
+    finally:
+        tree.rmdir()
+        tree.with_name("node1.away").rename(tree)
 
 
 def test_one_bad_node_stops_a_two_node_job_before_any_task(cluster, tmp_path):
@@ -132,7 +170,7 @@ def test_one_bad_node_stops_a_two_node_job_before_any_task(cluster, tmp_path):
                 f"touch {marker}-$SLURMD_NODENAME")
     assert done.returncode != 0
     assert cluster.wait_for(lambda: cluster.node_state("node4")[0] == "drained", 10)
-    assert cluster.node_state("node4")[1] == "exemplar:gpu.remapped-rows"
+    assert cluster.node_state("node4")[1] == "exemplar:health:gpu.remapped-rows"
     # node3 passed its checks: it is not drained, and it is back in service once the
     # aborted job has finished completing there.
     assert cluster.wait_for(lambda: cluster.node_state("node3")[0] == "idle", 10), \
@@ -148,6 +186,45 @@ def test_a_broken_gate_fails_closed(cluster):
     assert done.returncode == 2
     assert done.stdout.startswith("exemplar-tune prolog node3 job 99: error: profile 'nosuch'")
     assert cluster.node_state("node3") == ("drained", "exemplar:prolog-error")
+
+
+def test_reserve_mode_reserves_the_node_and_no_job_lands_there(cluster, tmp_path):
+    """--slurm-action reserve: node4 gets the maintenance reservation exemplar-node4 instead
+    of a drain, the job that met the gate is cancelled (interactive) and the prolog exits 0
+    (a failed prolog would drain the node); no later job lands on node4, root's included."""
+    host = run_role(cluster, tmp_path, slurm_prolog_args=[
+        "--sysroot", f"{cluster.gate_nodes}/%n", "--slurm-action", "reserve"])
+    assert host.status == "ok", host.message
+    cluster.scontrol("reconfigure")
+    try:
+        done = srun(cluster, "-w", "node4", "/bin/echo", "ran")
+        assert done.returncode != 0 and "ran" not in done.stdout
+        shown = cluster.scontrol("show", "reservation", "exemplar-node4", "--oneliner")
+        assert "Nodes=node4 " in shown and "Flags=MAINT,IGNORE_JOBS" in shown
+        assert "Users=root " in shown
+        # reserved, not drained (once the cancelled job has finished completing)
+        assert cluster.wait_for(lambda: cluster.node_state("node4")[0] == "maint", 10), \
+            cluster.node_state("node4")
+        again = srun(cluster, "-w", "node4", "--immediate=5", "/bin/echo", "ran")
+        assert again.returncode != 0 and "ran" not in again.stdout
+        assert "Required node not available (down, drained or reserved)" in again.stderr
+        anywhere = [srun(cluster, "-N1", "/bin/sh", "-c", "echo $SLURMD_NODENAME")
+                    for _ in range(4)]
+        assert {d.stdout.strip() for d in anywhere} <= {"node1", "node2", "node3"}
+        # the gate a second time, by hand: the reservation is there already (idempotent)
+        env = {"SLURMD_NODENAME": "node4", "SLURM_JOB_ID": "97", "SLURM_CONF": str(cluster.conf)}
+        by_hand = subprocess.run(
+            [EXECUTABLE, "preflight", "--slurm-prolog", "--profile", "h100-x86", "--sysroot",
+             f"{cluster.gate_nodes}/%n", "--slurm-action", "reserve"],
+            capture_output=True, text=True, env=env, timeout=120, check=False)
+        assert "already reserved, ReservationName=exemplar-node4" in by_hand.stdout
+        # job 97 does not exist: neither requeued nor cancelled, the gate fails closed
+        assert "job 97 could be neither requeued nor cancelled: draining" in by_hand.stdout
+        assert by_hand.returncode == 1
+    finally:
+        cluster.run(["scontrol", "delete", "ReservationName=exemplar-node4"], check=False)
+        run_role(cluster, tmp_path, slurm_prolog_args=["--sysroot", f"{cluster.gate_nodes}/%n"])
+        cluster.scontrol("reconfigure")
 
 
 def test_prolog_mode_refuses_fleet_options():

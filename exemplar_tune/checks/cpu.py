@@ -1,9 +1,10 @@
 """cpu-layer checks: idle states, PM QoS, frequency, housekeeping placement, NUMA.
 
 Every check reads ``facts["cpu"]`` (and ``facts["vm"]`` / ``facts["gpu"]`` where noted) and
-``profile["cpu"]``; a check whose profile key is absent is skipped, and so is one whose facts
-are unknown (``None``). Semantics: the kernel's cpuidle, pm_qos_interface, cpufreq,
-cgroup-v2 and kernel-parameters documentation, and systemd.resource-control(5).
+``profile["cpu"]``; a check whose profile key is absent is skipped as not applicable, one whose
+facts could not be read (``None``) as unknown, naming the file and why. Semantics: the
+kernel's cpuidle, pm_qos_interface, cpufreq, cgroup-v2 and kernel-parameters documentation,
+and systemd.resource-control(5).
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
-    skip,
+    not_applicable,
+    read_errors,
     source,
+    unknown,
+    why_unknown,
 )
 
 GUEST = "guest C-states do not control the host"
@@ -44,6 +48,10 @@ def _cpu(facts: Facts) -> dict[str, Any]:
 
 def _want(profile: Profile, key: str) -> Any:
     return (profile.get("cpu") or {}).get(key)
+
+
+def _unread(facts: Facts, key: str, layer: str = "cpu") -> str:
+    return why_unknown(facts, layer, key)
 
 
 def _evidence(facts: Facts, *keys: str, layer: str = "cpu") -> tuple[str, ...]:
@@ -70,6 +78,13 @@ def _fmt(cpus: set[int] | list[int]) -> str:
 def _guest(facts: Facts) -> bool | None:
     """True on a VM guest, False on bare metal, None when the vm layer did not say."""
     return (facts.get("vm") or {}).get("virtualized")
+
+
+def _virt_unknown(facts: Facts) -> str:
+    """Why ``vm.virtualized`` is unknown, in a few words."""
+    if "vm" not in facts:
+        return "no vm facts"
+    return "virtualisation unknown in the vm facts"
 
 
 def _online(cpu: dict[str, Any]) -> set[int] | None:
@@ -104,18 +119,18 @@ def _job_cpus(cpu: dict[str, Any]) -> dict[int | str, set[int]] | None:
        knob="cpu.deep_cstates")
 def check_deep_cstates_disabled(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "deep_cstates"):
-        return skip("profile sets no deep_cstates")
+        return not_applicable("profile sets no deep_cstates")
     idle = _cpu(facts).get("cpuidle")
     if idle is None:
-        return skip("cpuidle facts unknown")
+        return unknown(f"cpuidle facts unknown ({_unread(facts, 'cpuidle')})")
     if _guest(facts):
-        return skip(GUEST)
+        return not_applicable(GUEST)
     evidence = source(facts, "cpu", "cpuidle")
     driver = idle.get("driver")
     if driver in (None, "none") or not idle.get("states"):
         if _guest(facts) is None:
-            return skip(f"cpuidle driver {driver or 'absent'} and no vm facts: cannot tell a "
-                        "guest from bare metal")
+            return unknown(f"cpuidle driver {driver or 'absent'} and {_virt_unknown(facts)}: "
+                           "cannot tell a guest from bare metal")
         return Outcome(FAIL, observed={"driver": driver, "states_exposed": 0},
                        expected="a cpuidle driver with deep states",
                        detail=f"cpuidle driver {driver or 'absent'} on bare metal: CPUs idle "
@@ -193,12 +208,14 @@ def _param_limits(limits: dict[str, Any]) -> list[str]:
        knob="cpu.cstate_cmdline")
 def check_cstate_cmdline_limits(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "deep_cstates"):
-        return skip("profile sets no deep_cstates")
+        return not_applicable("profile sets no deep_cstates")
     limits = _cpu(facts).get("cstate_limits")
-    if limits is None or limits.get("cmdline") is None:
-        return skip("kernel command line unknown")
+    if limits is None:
+        return unknown(f"kernel command line unknown ({_unread(facts, 'cstate_limits')})")
+    if limits.get("cmdline") is None:
+        return unknown("kernel command line unknown (/proc/cmdline absent or unreadable)")
     if _guest(facts):
-        return skip(GUEST)
+        return not_applicable(GUEST)
     found = [f"{name}={value}" if value is not None else name
              for name, value in limits["cmdline"].items() if _cmdline_limit(name, value)]
     found += _param_limits(limits)
@@ -262,10 +279,10 @@ def check_pm_qos_holder(facts: Facts, profile: Profile) -> Outcome:
     cpu = _cpu(facts)
     thresholds = _qos_thresholds(cpu, profile)
     if not thresholds:
-        return skip("profile sets no pm_qos_max_latency_us or deep_cstates")
+        return not_applicable("profile sets no pm_qos_max_latency_us or deep_cstates")
     qos = cpu.get("pm_qos")
     if qos is None:
-        return skip("PM QoS facts unknown")
+        return unknown(f"PM QoS facts unknown ({_unread(facts, 'pm_qos')})")
     value = qos.get("cpu_dma_latency_us")
     findings = _resume_findings(qos, thresholds)
     below = [] if value is None else _below(value, thresholds)
@@ -283,7 +300,7 @@ def check_pm_qos_holder(facts: Facts, profile: Profile) -> Outcome:
     if value is None:  # absent from a capture, or a live host read without root
         why = next((e.get("error") for e in cpu.get("errors") or []
                     if e.get("fact") == "pm_qos"), None)
-        return skip(f"cannot read /dev/cpu_dma_latency ({why or 'needs root'})")
+        return unknown(f"cannot read /dev/cpu_dma_latency ({why or 'needs root'})")
     return Outcome(PASS, observed, expected,
                    f"/dev/cpu_dma_latency = {value} us, no per-CPU resume-latency limit",
                    evidence)
@@ -351,15 +368,16 @@ def _named(bios: dict[str, Any], field: str) -> str:
 def check_bios_cstates(facts: Facts, profile: Profile) -> Outcome:
     expected = _bios_expected(profile)
     if not expected:
-        return skip("profile sets no cpu.bios targets and no deep_cstates")
+        return not_applicable("profile sets no cpu.bios targets and no deep_cstates")
     bios = _cpu(facts).get("bios")
     if bios is None:
-        return skip("BIOS facts unknown: the BMC could not be read (see the cpu layer's errors)")
-    if not bios.get("present"):
-        return skip(bios.get("reason") or "no BMC configured")
+        return unknown(f"BIOS facts unknown: the BMC or its capture could not be read "
+                       f"({_unread(facts, 'bios')})")
+    if not bios.get("present"):  # no BMC given: the BIOS reading was not asked for
+        return not_applicable(bios.get("reason") or "no BMC configured")
     if not bios.get("vendor_known"):
-        return skip(f"BMC vendor unknown (manufacturer {bios.get('manufacturer')!r}): raw BIOS "
-                    "attributes only")
+        return unknown(f"BMC vendor unknown (manufacturer {bios.get('manufacturer')!r}): raw BIOS "
+                       "attributes only")
     observed = {f: bios.get(f) for f in BIOS_FIELDS if bios.get(f) is not None}
     observed["pending"] = bios.get("pending") or {}
     evidence = _evidence(facts, "bios", "cpuidle", "cstate_limits", "pm_qos")
@@ -413,13 +431,13 @@ def _bios_mismatch(cpu: dict[str, Any], bios: dict[str, Any], wrong: dict[str, A
 def check_governor(facts: Facts, profile: Profile) -> Outcome:
     want = _want(profile, "governor")
     if want is None:
-        return skip("profile sets no governor")
+        return not_applicable("profile sets no governor")
     freq = _cpu(facts).get("cpufreq")
     if freq is None:
-        return skip("cpufreq facts unknown")
+        return unknown(f"cpufreq facts unknown ({_unread(facts, 'cpufreq')})")
     policies = freq.get("policies") or []
     if not policies:
-        return skip("no cpufreq policy (VM guest or no cpufreq driver)")
+        return not_applicable("no cpufreq policy (VM guest or no cpufreq driver)")
     wrong: dict[str, set[int]] = {}
     for policy in policies:
         if policy.get("governor") != want:
@@ -441,14 +459,17 @@ def check_governor(facts: Facts, profile: Profile) -> Outcome:
 def check_turbo(facts: Facts, profile: Profile) -> Outcome:
     want = _want(profile, "turbo")
     if want is None:
-        return skip("profile sets no turbo")
+        return not_applicable("profile sets no turbo")
     freq = _cpu(facts).get("cpufreq")
     if freq is None:
-        return skip("cpufreq facts unknown")
+        return unknown(f"cpufreq facts unknown ({_unread(facts, 'cpufreq')})")
     turbo = freq.get("turbo") or {}
     enabled = turbo.get("enabled")
     if enabled is None:
-        return skip("no turbo control exposed (no cpufreq driver or VM guest)")
+        unread = _turbo_unread(facts)
+        if unread:
+            return unknown(f"turbo control not read ({unread})")
+        return not_applicable("no turbo control exposed (no cpufreq driver or VM guest)")
     off = sorted(c for p in freq.get("policies") or [] if p.get("boost") in (0, False)
                  for c in p.get("cpus") or [])
     where = turbo.get("control") or "cpufreq"
@@ -461,6 +482,15 @@ def check_turbo(facts: Facts, profile: Profile) -> Outcome:
                        f"{'on' if want else 'off'}", evidence)
     return Outcome(PASS, enabled, want, f"turbo {'enabled' if enabled else 'disabled'} "
                    f"({where})", evidence)
+
+
+def _turbo_unread(facts: Facts) -> str:
+    """The read error of a turbo control file (intel_pstate no_turbo/status, cpufreq boost),
+    ``path: reason``; ``""`` when none was recorded."""
+    return next((f"{e.get('path')}: {e.get('error')}" for e in _cpu(facts).get("errors") or []
+                 if e.get("fact") == "cpufreq"
+                 and str(e.get("path")).endswith(("/no_turbo", "/boost", "intel_pstate/status"))),
+                "")
 
 
 # ---- placement ------------------------------------------------------------------------------
@@ -486,11 +516,11 @@ def _housekeeping(cpu: dict[str, Any]) -> dict[str, set[int]] | None:
        knob="cpu.housekeeping")
 def check_housekeeping_overlap(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "housekeeping_confined"):
-        return skip("profile sets no housekeeping_confined")
+        return not_applicable("profile sets no housekeeping_confined")
     cpu = _cpu(facts)
     units = _housekeeping(cpu)
     if units is None:
-        return skip("housekeeping cpusets unknown (no cgroup cpuset facts)")
+        return unknown(f"housekeeping cpusets unknown ({_housekeeping_unread(facts)})")
     jobs = _job_cpus(cpu) or {}
     evidence = _evidence(facts, "housekeeping", "slurm_jobs")
     observed = {"housekeeping": {u: _fmt(c) for u, c in units.items()},
@@ -505,6 +535,21 @@ def check_housekeeping_overlap(facts: Facts, profile: Profile) -> Outcome:
                        "housekeeping not confined (no Slurm job to compare)", evidence)
     return Outcome(PASS, observed, "housekeeping on a subset of the CPUs",
                    f"housekeeping confined ({_summary(units)}), no Slurm job running", evidence)
+
+
+def _housekeeping_unread(facts: Facts) -> str:
+    """Why no housekeeping unit's cpuset is known: a read error, the cgroup hierarchy
+    unknown, or no effective cpuset shown for the units."""
+    cpu = _cpu(facts)
+    if not cpu.get("housekeeping"):
+        return _unread(facts, "housekeeping")
+    found = read_errors(facts, "cpu", "housekeeping")
+    if found:
+        return found
+    if cpu.get("cgroup") is None:
+        return f"cgroup hierarchy unknown: {_unread(facts, 'cgroup')}"
+    return (f"no effective cpuset for {', '.join(HOUSEKEEPING_UNITS)} under "
+            f"{cpu['cgroup'].get('cpuset_hierarchy')}")
 
 
 def _summary(units: dict[str, set[int]]) -> str:
@@ -537,21 +582,26 @@ def _judge_overlap(units: dict[str, set[int]], jobs: dict[Any, set[int]],
        knob="cpu.housekeeping")
 def check_irqbalance_banned(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "housekeeping_confined"):
-        return skip("profile sets no housekeeping_confined")
+        return not_applicable("profile sets no housekeeping_confined")
     cpu = _cpu(facts)
     irqb = cpu.get("irqbalance")
     if irqb is None:
-        return skip("irqbalance facts unknown")
+        return unknown(f"irqbalance facts unknown ({_unread(facts, 'irqbalance')})")
     evidence = _evidence(facts, "irqbalance", "slurm_jobs")
     if not irqb.get("running"):
         return Outcome(PASS, "not running", "job CPUs banned",
                        "irqbalance not running: it moves no interrupt", evidence)
     target = _irq_target(cpu)
     if target is None:
-        return skip("no Slurm job and no housekeeping confinement: no CPUs to keep free")
+        unread = _target_unread(facts)
+        if unread:
+            return unknown(f"CPUs to keep free unknown ({unread})")
+        return not_applicable("no Slurm job and no housekeeping confinement: no CPUs to keep "
+                              "free")
     banned = _cpus(irqb.get("banned"))
     if banned is None:
-        return skip("irqbalance banned CPUs unknown")
+        return unknown(f"irqbalance banned CPUs unknown (not a cpulist: {irqb.get('banned')!r} "
+                       f"from {irqb.get('banned_from')})")
     observed = {"banned": _fmt(banned), "from": irqb.get("banned_from")}
     loose = target - banned
     if loose:
@@ -572,6 +622,14 @@ def _irq_target(cpu: dict[str, Any]) -> set[int] | None:
         return None
     rest = online - set().union(*units.values())
     return rest or None
+
+
+def _target_unread(facts: Facts) -> str:
+    """The read error that hides the Slurm job or housekeeping CPUs; ``""`` when none did."""
+    if "cpu" not in facts:
+        return _unread(facts, "slurm_jobs")
+    return next((found for key in ("slurm_jobs", "housekeeping", "cgroup")
+                 if (found := read_errors(facts, "cpu", key))), "")
 
 
 def _device_nodes(facts: Facts, minors: set[int] | None = None) -> dict[int, list[str]]:
@@ -611,19 +669,23 @@ def _node_cpus(cpu: dict[str, Any]) -> dict[int, set[int]]:
        knob=None)
 def check_job_cpus_gpu_local(facts: Facts, profile: Profile) -> Outcome:
     if not _want(profile, "job_cpus_gpu_local"):
-        return skip("profile sets no job_cpus_gpu_local")
+        return not_applicable("profile sets no job_cpus_gpu_local")
     cpu = _cpu(facts)
     jobs, inside = _job_cpus(cpu), _probed_job(facts)
     if inside:
         jobs = {**(jobs or {}), inside[0]: inside[1]}
     if jobs is None:
-        return skip("Slurm job cgroups unknown")
+        return unknown(f"Slurm job cgroups unknown ({_unread(facts, 'slurm_jobs')})")
     if not jobs:
-        return skip("no Slurm job running")
+        return not_applicable("no Slurm job running")
     node_cpus = _node_cpus(cpu)
     devices = {n: d for n, d in _device_nodes(facts).items() if node_cpus.get(n)}
     if not devices:
-        return skip("no GPU NUMA node known (numa_node -1 or no GPU)")
+        unread = next((_unread(facts, key) for key in ("gpus_pci", "numa")
+                       if cpu.get(key) is None), "")
+        if unread:
+            return unknown(f"no GPU NUMA node known (not read: {unread})")
+        return not_applicable("no GPU NUMA node known (numa_node -1 or no GPU)")
     per_job = {job: devices for job in jobs}
     if inside:  # the probed job is judged against its own GPUs, when they are known
         own = {n: d for n, d in _device_nodes(facts, inside[2]).items() if node_cpus.get(n)}

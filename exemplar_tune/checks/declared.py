@@ -3,8 +3,9 @@ fact of the layer (``Knob.state``), against the profile's value for the knob's k
 
 One check per declaring knob, registered under the knob's check id
 (``cpu.numa_balancing`` -> ``cpu.numa-balancing``) after the hand-written checks of each
-layer. A profile that sets no value skips it; so does a host that does not have the setting
-(or could not read it, said with the reason).
+layer. A profile that sets no value makes it not applicable, and so does a host that does not
+have the setting (a kernel without the sysctl or the sysfs attribute); a setting that could not
+be read makes it unknown, said with the reason.
 """
 
 from __future__ import annotations
@@ -13,9 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import Sysctl, SysfsAttr
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import registered_knobs
 
-from exemplar_tune.checks.base import PASS, Facts, Outcome, Profile, check, skip, source
+from exemplar_tune.checks.base import (
+    PASS,
+    Facts,
+    Outcome,
+    Profile,
+    check,
+    not_applicable,
+    source,
+    unknown,
+)
 
 
 def _shown(value: Any) -> str:
@@ -36,18 +47,21 @@ def declared_check(knob: Knob) -> Callable[[Facts, Profile], Outcome]:
     def run(facts: Facts, profile: Profile) -> Outcome:
         want = (profile.get(knob.layer) or {}).get(state.fact)
         if want is None:
-            return skip(f"profile sets no {state.fact}")
+            return not_applicable(f"profile sets no {state.fact}")
         layer = facts.get(knob.layer) or {}
         have = layer.get(state.fact)
         evidence = source(facts, knob.layer, state.fact)
         if have is None:
             errors = [e["error"] for e in layer.get("errors") or [] if e["fact"] == state.fact]
             if errors:
-                return skip(f"{state.label} unknown: {errors[0]}")
-            if evidence and evidence[0] == state.label:  # a sysfs attribute: its own file
-                return skip(f"{state.label} absent")
-            return skip(f"{state.label} unknown" + (f" ({evidence[0]} absent)" if evidence
-                                                      else ""))
+                return unknown(f"{state.label} unknown: {errors[0]}")
+            if not evidence:  # the layer's facts were not gathered, or lack the setting
+                return unknown(f"{state.label} unknown (not in the {knob.layer} facts)")
+            if evidence[0] == state.label:  # a sysfs attribute: its own file
+                return not_applicable(f"{state.label} absent")
+            if isinstance(state, (Sysctl, SysfsAttr)):  # the kernel does not have the setting
+                return not_applicable(f"{state.label} not on this kernel ({evidence[0]} absent)")
+            return unknown(f"{state.label} unknown ({evidence[0]} absent or unreadable)")
         shown = _shown(have)
         if not state.matches(have, want):
             return Outcome(spec.status, have, want, f"{state.label}={shown}, profile wants "

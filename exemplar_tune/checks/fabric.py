@@ -16,13 +16,26 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
+    not_applicable,
     not_read,
-    skip,
     source,
+    unknown,
+    why_unknown,
 )
+from exemplar_tune.checks.gpu import gpus_on_bus
 
 ACTIVE, LINK_UP = "ACTIVE", "LinkUp"
 PORT_KEYS = ("ports_min", "rate_gbps_min", "link_layer")
+
+
+def _unread(facts: Facts, key: str, layer: str = "fabric") -> str:
+    return why_unknown(facts, layer, key)
+
+
+def _no_gpu(facts: Facts) -> bool:
+    """True where the host has no GPU: none listed by nvidia-smi (``gpu.present`` false)
+    and none on the PCI bus as far as it was read."""
+    return (facts.get("gpu") or {}).get("present") is False and not gpus_on_bus(facts)
 
 
 def _port_label(device: dict[str, Any], port: dict[str, Any]) -> str:
@@ -60,10 +73,11 @@ def check_ports(facts: Facts, profile: Profile) -> Outcome:
     """Every port ACTIVE/LinkUp, at least ``ports_min`` of them, rate and link layer as set."""
     expected = {k: v for k, v in (profile.get("fabric") or {}).items() if k in PORT_KEYS}
     if not expected:
-        return skip("profile sets no fabric.ports_min, rate_gbps_min or link_layer")
+        return not_applicable("profile sets no fabric.ports_min, rate_gbps_min or link_layer")
     devices = (facts.get("fabric") or {}).get("ib_devices")
     if devices is None:
-        return skip("RDMA devices unknown (/sys/class/infiniband not read)")
+        return unknown(f"RDMA devices unknown (/sys/class/infiniband not read: "
+                       f"{_unread(facts, 'ib_devices')})")
     evidence = source(facts, "fabric", "ib_devices")
     ports = [(d, p) for d in devices for p in d.get("ports") or []]
     problems = [text for d, p in ports for text in _port_problems(d, p, expected)]
@@ -117,10 +131,17 @@ def check_ib_errors(facts: Facts, profile: Profile) -> Outcome:
     profile's ``fabric.ib_error_thresholds``."""
     devices = (facts.get("fabric") or {}).get("ib_devices")
     if devices is None:
-        return skip("RDMA devices unknown (/sys/class/infiniband not read)")
+        return unknown(f"RDMA devices unknown (/sys/class/infiniband not read: "
+                       f"{_unread(facts, 'ib_devices')})")
     ports = [(d, p) for d in devices for p in d.get("ports") or [] if p.get("counters")]
     if not ports:
-        return skip("no RDMA port with error counters")
+        unread = next((f"{e.get('path')}: {e.get('error')}"
+                       for e in (facts.get("fabric") or {}).get("errors") or []
+                       if e.get("fact") == "ib_devices" and "/counters/" in str(e.get("path"))),
+                      "")
+        if unread:
+            return unknown(f"RDMA port error counters not read ({unread})")
+        return not_applicable("no RDMA port with error counters")
     over = {**IB_ERROR_THRESHOLDS, **((profile.get("fabric") or {}).get("ib_error_thresholds")
                                       or {})}
     evidence = source(facts, "fabric", "ib_devices")
@@ -166,8 +187,12 @@ def check_gpu_nic_locality(facts: Facts, profile: Profile) -> Outcome:
     fabric = facts.get("fabric") or {}
     topo = fabric.get("gpu_nic_topology")
     if topo is None:
-        why = not_read(facts, "fabric", "gpu_nic_topology") or "not read"
-        return skip(f"GPU-NIC topology unknown ({why})")
+        why = _unread(facts, "gpu_nic_topology")
+        absent = "GPU" if _no_gpu(facts) else "RDMA NIC" if fabric.get("ib_devices") == [] \
+            else None
+        if absent:
+            return not_applicable(f"GPU-NIC topology unknown ({why}): no {absent} on this host")
+        return unknown(f"GPU-NIC topology unknown ({why})")
     nearest = {}
     for gpu, row in topo["gpus"].items():
         reach = [(DISTANCE.index(v), nic) for nic, v in row["nics"].items() if v in DISTANCE]
@@ -175,7 +200,7 @@ def check_gpu_nic_locality(facts: Facts, profile: Profile) -> Outcome:
             rank, nic = min(reach)
             nearest[gpu] = (DISTANCE[rank], topo["nics"].get(nic, nic))
     if not nearest:
-        return skip("no NIC in nvidia-smi topo -m: GPU-NIC locality not judged")
+        return not_applicable("no NIC in nvidia-smi topo -m: GPU-NIC locality not judged")
     evidence = source(facts, "fabric", "gpu_nic_topology")
     observed = {gpu: f"{nic} {level}" for gpu, (level, nic) in nearest.items()}
     far = [f"{gpu}: nearest NIC {nic} is {level}" for gpu, (level, nic) in nearest.items()
@@ -213,11 +238,19 @@ def check_gpudirect_rdma(facts: Facts, profile: Profile) -> Outcome:
     del profile
     fabric = facts.get("fabric") or {}
     direct = fabric.get("gpudirect")
-    if not fabric.get("ib_devices") or (facts.get("gpu") or {}).get("present") is False:
-        return skip("no RDMA NIC, or no GPU: GPUDirect RDMA does not apply")
+    if fabric.get("ib_devices") is None:
+        return unknown(f"RDMA devices unknown ({_unread(facts, 'ib_devices')}): GPUDirect RDMA "
+                       "not judged")
+    if not fabric["ib_devices"] or _no_gpu(facts):
+        return not_applicable(f"no {'RDMA NIC' if not fabric['ib_devices'] else 'GPU'}: "
+                              "GPUDirect RDMA does not apply")
+    if (facts.get("gpu") or {}).get("present") is False:  # GPUs on the bus, none listed
+        return unknown(f"{len(gpus_on_bus(facts) or [])} NVIDIA GPUs on the PCI bus but none "
+                       f"listed ({(facts.get('gpu') or {}).get('reason')}): GPUDirect RDMA not "
+                       "judged")
     if direct is None or direct["open_module"] is None:
-        return skip("NVIDIA driver version not read (/proc/driver/nvidia/version): GPUDirect "
-                    "RDMA not judged")
+        return unknown("NVIDIA driver version not read (/proc/driver/nvidia/version absent or "
+                       "unreadable): GPUDirect RDMA not judged")
     evidence = source(facts, "fabric", "gpudirect")
     if direct["peermem"]:
         return Outcome(PASS, direct, "nvidia_peermem or dma-buf", "nvidia_peermem loaded",
@@ -244,12 +277,17 @@ def _pcie_paths(facts: Facts) -> tuple[dict[str, Any] | None, Outcome | None]:
     fabric = facts.get("fabric") or {}
     paths = fabric.get("pcie_paths")
     if paths is None:
-        why = not_read(facts, "fabric", "pcie_paths") or "no GPU or RDMA NIC on the PCI bus"
-        return None, skip(f"PCIe paths not read ({why})")
+        why = not_read(facts, "fabric", "pcie_paths")
+        if _no_gpu(facts):
+            return None, not_applicable(f"PCIe paths not read ({why or 'not needed'}): no GPU "
+                                        "on this host, GPUDirect RDMA does not apply")
+        if why or "fabric" not in facts:
+            return None, unknown(f"PCIe paths not read ({why or _unread(facts, 'pcie_paths')})")
+        return None, not_applicable("PCIe paths not read (no GPU or RDMA NIC on the PCI bus)")
     kinds = {d["kind"] for d in paths["devices"]}
     if kinds != {"gpu", "nic"}:
-        return None, skip("no GPU and RDMA NIC both on this host's PCI bus: GPUDirect RDMA "
-                          "does not apply")
+        return None, not_applicable("no GPU and RDMA NIC both on this host's PCI bus: "
+                                    "GPUDirect RDMA does not apply")
     return paths, None
 
 
@@ -275,15 +313,16 @@ def check_pcie_acs(facts: Facts, profile: Profile) -> Outcome:
     ACS bits are emulated and ATS is what matters (``fabric.nic-ats``)."""
     del profile
     if (facts.get("vm") or {}).get("virtualized"):
-        return skip("in a VM: the guest's ACS bits are emulated (fabric.nic-ats judges the "
-                    "passthrough NICs)")
+        return not_applicable("in a VM: the guest's ACS bits are emulated (fabric.nic-ats "
+                              "judges the passthrough NICs)")
     paths, not_judged = _pcie_paths(facts)
     if not_judged:
         return not_judged
     ports = {bdf: b for bdf, b in paths["bridges"].items() if b["port"] == "Downstream Port"}
     evidence = source(facts, "fabric", "pcie_paths")
     if not ports:
-        return skip("no PCIe switch above the GPUs and NICs: ACS redirection not configured")
+        return not_applicable("no PCIe switch above the GPUs and NICs: ACS redirection not "
+                              "configured")
     unread = sorted(bdf for bdf, b in ports.items() if b["acs"] is None and b["denied"])
     on = sorted(bdf for bdf, b in ports.items() if b["redirect"])
     observed = {"switch_ports": len(ports), "redirecting": on, "unread": unread}
@@ -293,7 +332,7 @@ def check_pcie_acs(facts: Facts, profile: Profile) -> Outcome:
                        f"at {len(on)} of {len(ports)} switch ports: " + "; ".join(lines[:4])
                        + ("; ..." if len(lines) > 4 else ""), evidence)
     if unread:
-        return skip(f"ACS of {len(unread)} switch ports not readable (lspci without root)")
+        return unknown(f"ACS of {len(unread)} switch ports not readable (lspci without root)")
     return Outcome(PASS, observed, "ReqRedir- CmpltRedir-", f"ACS redirection off on the "
                    f"{len(ports)} switch ports above the GPUs and NICs", evidence)
 
@@ -311,15 +350,17 @@ def check_nic_ats(facts: Facts, profile: Profile) -> Outcome:
     ``Enable-`` or no ATS capability warns. On bare metal ATS is not configured (not judged)."""
     del profile
     virtualized = (facts.get("vm") or {}).get("virtualized")
+    if virtualized is False:
+        return not_applicable("bare metal: ATS matters for NICs passed through to VMs")
     if not virtualized:
-        return skip("bare metal: ATS matters for NICs passed through to VMs" if
-                    virtualized is False else "virtualisation unknown: ATS not judged")
+        why = "the vm layer was not gathered" if "vm" not in facts else "the vm facts cannot tell"
+        return unknown(f"virtualisation unknown ({why}): ATS not judged")
     paths, not_judged = _pcie_paths(facts)
     if not_judged:
         return not_judged
     nics = [d for d in paths["devices"] if d["kind"] == "nic"]
     if all(d["ats"] is None and d["denied"] for d in nics):
-        return skip("ATS of the NICs not readable (lspci without root)")
+        return unknown("ATS of the NICs not readable (lspci without root)")
     off = [d["bdf"][5:] + (" ATS off" if d["ats"] is False else " no ATS capability")
            for d in nics if not d["ats"]]
     observed = {"nics": len(nics), "without_ats": off}
@@ -367,7 +408,10 @@ def check_link_flaps(facts: Facts, profile: Profile) -> Outcome:
     ByteRobust repeats an alert within 5 minutes before it acts); a single change warns."""
     events = (facts.get("fabric") or {}).get("link_events")
     if events is None:
-        return skip("kernel log not read: link flaps not judged")
+        why = _unread(facts, "link_events")
+        if (facts.get("fabric") or {}).get("ib_devices") == []:
+            return not_applicable(f"no RDMA NIC (and kernel log not read: {why})")
+        return unknown(f"kernel log not read ({why}): link flaps not judged")
     settings = profile.get("fabric") or {}
     window = settings.get("flap_window_s", FLAP_WINDOW_S)
     repeats = settings.get("flap_repeats", FLAP_REPEATS)
@@ -398,10 +442,10 @@ def check_nccl_settings(facts: Facts, profile: Profile) -> Outcome:
     """Each profile ``fabric.nccl`` key against the effective setting (env > files)."""
     wanted = (profile.get("fabric") or {}).get("nccl")
     if not wanted:
-        return skip("profile sets no fabric.nccl")
+        return not_applicable("profile sets no fabric.nccl")
     settings = (facts.get("fabric") or {}).get("nccl_settings")
     if settings is None:
-        return skip("fabric facts lack nccl_settings")
+        return unknown(f"fabric facts lack nccl_settings ({_unread(facts, 'nccl_settings')})")
     evidence = source(facts, "fabric", "nccl_settings")
     observed = {key: (settings.get(key) or {}).get("value") for key in wanted}
     differing = [f"{key}={_shown(observed[key], settings.get(key))} (profile {value})"
@@ -428,7 +472,8 @@ def check_nccl_suspicious_keys(facts: Facts, profile: Profile) -> Outcome:
     del profile  # not an expectation: a key with spaces is never what anyone meant
     found = (facts.get("fabric") or {}).get("nccl_suspicious_keys")
     if found is None:
-        return skip("fabric facts lack nccl_suspicious_keys")
+        return unknown("fabric facts lack nccl_suspicious_keys "
+                       f"({_unread(facts, 'nccl_suspicious_keys')})")
     evidence = source(facts, "fabric", "nccl_suspicious_keys")
     observed = [f"{k['path']}:{k['line']} {k['key']!r}" for k in found]
     if found:
@@ -466,10 +511,10 @@ def check_nccl_measured_here(facts: Facts, profile: Profile) -> Outcome:
     """``fabric.measured_on`` (written by ``sweep --write-profile``) against this host."""
     measured = (profile.get("fabric") or {}).get("measured_on")
     if not measured:
-        return skip("the profile's NCCL settings name no fabric they were measured on")
+        return not_applicable("the profile's NCCL settings name no fabric they were measured on")
     fabric = facts.get("fabric") or {}
     if fabric.get("ib_devices") is None:
-        return skip("fabric facts lack ib_devices")
+        return unknown(f"fabric facts lack ib_devices ({_unread(facts, 'ib_devices')})")
     here = fabric_identity(fabric)
     expected = {k: measured.get(k) for k in IDENTITY_KEYS if measured.get(k) is not None}
     differing = [f"{k} {here[k]} (measured on {v})" for k, v in expected.items() if here[k] != v]

@@ -30,10 +30,11 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
+    not_applicable,
     not_read,
     read_error,
-    skip,
     source,
+    unknown,
 )
 from exemplar_tune.dcgm import problems as dcgm_problems
 
@@ -59,17 +60,62 @@ def _error(facts: Facts, key: str) -> str:
     return f": {found}" if found else ""
 
 
+def _unread(facts: Facts, *keys: str) -> str:
+    """Why the gpu facts ``keys`` are unknown, as ``": why"``: the first read error, else the
+    gpu layer not gathered."""
+    found = next((err for key in keys if (err := _error(facts, key))), "")
+    if found or LAYER in facts:
+        return found or ": no read error recorded"
+    return ": the gpu layer was not gathered"
+
+
+def gpus_on_bus(facts: Facts) -> list[str] | None:
+    """PCI addresses of the NVIDIA GPUs on the host's PCI bus (the cpu layer's ``gpus_pci``);
+    ``None`` where the bus was not read (or the cpu layer not gathered)."""
+    listed = (facts.get("cpu") or {}).get("gpus_pci")
+    return None if listed is None else [str(d.get("bdf")) for d in listed]
+
+
+def no_gpu(facts: Facts) -> Outcome:
+    """Where nvidia-smi (or NVML) lists no GPU (``present`` false): not applicable, unless the
+    PCI bus shows NVIDIA GPUs (then nvidia-smi is missing or failing there: unknown)."""
+    why = _layer(facts).get("reason") or "none listed"
+    bus = gpus_on_bus(facts)
+    if bus:
+        return unknown(f"{len(bus)} NVIDIA GPUs on the PCI bus ({_list(bus, 2)}) but none "
+                       f"listed ({why})")
+    return not_applicable(f"no GPU on this host ({why})")
+
+
 def _gpus(facts: Facts) -> tuple[list[dict[str, Any]], Outcome | None]:
     """The GPU list, or a skip when GPUs are absent or could not be listed."""
     gpu = _layer(facts)
     present = gpu.get("present")
     if present is None:
-        return [], skip(f"GPU inventory unknown{_error(facts, 'present') or _error(facts, 'gpus')}")
+        return [], unknown(f"GPU inventory unknown{_unread(facts, 'present', 'gpus')}")
     if not present:
-        return [], skip(f"no GPU on this host ({gpu.get('reason') or 'none listed'})")
+        return [], no_gpu(facts)
     if not gpu.get("gpus"):
-        return [], skip(f"GPU list unknown{_error(facts, 'gpus')}")
+        return [], unknown(f"GPU list unknown{_unread(facts, 'gpus')}")
     return gpu["gpus"], None
+
+
+def _tool_absent(facts: Facts, key: str) -> bool:
+    """Whether the command behind gpu fact ``key`` is not installed on the (live) host; a
+    capture that lacks it ("not captured") cannot tell."""
+    return str(_layer(facts).get(f"{key}_missing") or "").endswith("command not found")
+
+
+def _field_error(facts: Facts, gpus: list[dict[str, Any]], *marks: str) -> str:
+    """The first read error of a field of ``gpus`` whose place (an nvidia-smi XML tag, or a
+    label of the text report, in snake case) holds one of ``marks``; ``": path: reason"``,
+    ``""`` when none was recorded (the field is then not reported: N/A or absent)."""
+    mine = {f"gpus.{g.get('index')}" for g in gpus}
+    for err in _layer(facts).get("errors") or []:
+        place = str(err.get("path")).lower().replace(" ", "_").replace("-", "_")
+        if err.get("fact") in mine and any(mark in place for mark in marks):
+            return f": {err.get('path')}: {err.get('error')}"
+    return ""
 
 
 def _name(gpu: dict[str, Any]) -> str:
@@ -107,7 +153,8 @@ def _list(names: list[str], limit: int = 8) -> str:
 # -- inventory -------------------------------------------------------------------------------
 
 
-@check("gpu.count", health=True, severity="high",
+@check("gpu.count", health=True, actions=("drain", "reboot", "replace"),
+       severity="high",
        title="Every expected GPU is visible",
        risk="A missing GPU (fallen off the bus, driver not bound, failed board) leaves the job "
             "short of ranks or makes it fail to start; the whole node is lost to the job",
@@ -116,11 +163,11 @@ def _list(names: list[str], limit: int = 8) -> str:
 def check_count(facts: Facts, profile: Profile) -> Outcome:
     want = _expect(profile, "count")
     if want is None:
-        return skip("profile sets no gpu.count")
+        return not_applicable("profile sets no gpu.count")
     gpu = _layer(facts)
     present, have = gpu.get("present"), gpu.get("count")
     if present is None or have is None:
-        return skip(f"GPU inventory unknown{_error(facts, 'present') or _error(facts, 'count')}")
+        return unknown(f"GPU inventory unknown{_unread(facts, 'present', 'count')}")
     evidence = _evidence(facts, "count")
     if not present and want > 0:
         return Outcome(FAIL, 0, want, f"no GPU visible ({gpu.get('reason') or 'none listed'}); "
@@ -132,7 +179,8 @@ def check_count(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, have, want, f"{have} GPUs visible{more}", evidence)
 
 
-@check("gpu.nvidia-smi", health=True, severity="high",
+@check("gpu.nvidia-smi", health=True, actions=("drain", "reboot", "investigate"),
+       severity="high",
        title="nvidia-smi answers (a failing nvidia-smi is a finding of its own)",
        risk="nvidia-smi fails when a GPU has fallen off the bus or the driver cannot reach "
             "it (exit status 15), or NVML is broken: the GPUs cannot be listed, so the other "
@@ -147,9 +195,14 @@ def check_nvidia_smi(facts: Facts, profile: Profile) -> Outcome:
                        f"{failed.get('path')}: {failed.get('error')}",
                        (str(failed.get("path")),))
     if gpu.get("present") is None:
-        return skip("GPU facts not gathered")
+        return unknown("GPU facts not gathered" if LAYER not in facts else
+                       "GPU inventory unknown: no read error recorded")
     if gpu.get("source") is None:
-        return skip(f"no GPU tool to ask ({gpu.get('reason') or 'none'})")
+        bus = gpus_on_bus(facts)
+        if bus:
+            return unknown(f"{len(bus)} NVIDIA GPUs on the PCI bus but no GPU tool answered "
+                           f"({gpu.get('reason') or 'none'})")
+        return not_applicable(f"no GPU tool to ask ({gpu.get('reason') or 'none'})")
     return Outcome(PASS, gpu.get("source"), "nvidia-smi answers",
                    f"{gpu['source']} answered ({gpu.get('count', 0)} GPUs)",
                    _evidence(facts, "present"))
@@ -162,7 +215,7 @@ def check_nvidia_smi(facts: Facts, profile: Profile) -> Outcome:
 def check_product(facts: Facts, profile: Profile) -> Outcome:
     want = _expect(profile, "product_contains")
     if want is None:
-        return skip("profile sets no gpu.product_contains")
+        return not_applicable("profile sets no gpu.product_contains")
     gpus, not_judged = _gpus(facts)
     if not_judged:
         return not_judged
@@ -181,26 +234,28 @@ def check_product(facts: Facts, profile: Profile) -> Outcome:
        risk="Without persistence the driver tears the GPU state down whenever no client holds "
             "it: every job start pays the re-initialisation (about 1-2 s per GPU) and the "
             "first NVML/CUDA calls are slow; health tools (DCGM r1) flag it",
-       fix="set knob gpu.persistence_mode (nvidia-persistenced --persistence-mode, or "
+       fix="exemplar-tune apply --layer gpu (knob gpu.persistence_mode: nvidia-persistenced "
+           "--persistence-mode, or "
            "nvidia-smi -pm 1)",
        knob="gpu.persistence_mode")
 def check_persistence_mode(facts: Facts, profile: Profile) -> Outcome:
     want = _expect(profile, "persistence_mode")
     if want is None:
-        return skip("profile sets no gpu.persistence_mode")
+        return not_applicable("profile sets no gpu.persistence_mode")
     gpus, not_judged = _gpus(facts)
     if not_judged:
         return not_judged
     wrong = [g for g in gpus if g.get("persistence_mode") is (not want)]
-    unknown = [g for g in gpus if g.get("persistence_mode") is None]
+    unread = [g for g in gpus if g.get("persistence_mode") is None]
     observed = {_name(g): g.get("persistence_mode") for g in gpus}
     if wrong:
         where = [f"{_name(g)} (GPU {g.get('index')})" for g in wrong]
         return Outcome(FAIL, observed, want,
                        f"persistence mode {'off' if want else 'on'} on {len(wrong)} of "
                        f"{len(gpus)} GPUs: {_list(where)}", _evidence(facts))
-    if unknown:
-        return skip(f"persistence mode unknown on {_list(_names(unknown))}")
+    if unread:
+        why = _field_error(facts, unread, "persistence_mode") or " (not reported)"
+        return unknown(f"persistence mode unknown on {_list(_names(unread))}{why}")
     return Outcome(PASS, observed, want,
                    f"persistence mode {'on' if want else 'off'} for all {len(gpus)} GPUs",
                    _evidence(facts))
@@ -230,7 +285,8 @@ def _ecc_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]
     return observed, fails, warns
 
 
-@check("gpu.ecc-uncorrectable", health=True, severity="high",
+@check("gpu.ecc-uncorrectable", health=True, actions=("drain", "reset_gpu", "replace"),
+       severity="high",
        title="No uncorrectable ECC errors",
        risk="An uncorrectable ECC error kills the running job (Xid 48/94/95) and may recur; a "
             "GPU past the SRAM threshold needs replacement",
@@ -242,7 +298,10 @@ def check_ecc_uncorrectable(facts: Facts, profile: Profile) -> Outcome:
         return not_judged
     if all(_get(g, "ecc", "volatile", "uncorrectable") is None
            and _get(g, "ecc", "aggregate", "uncorrectable") is None for g in gpus):
-        return skip("ECC error counts not reported (ECC off or not supported)")
+        unread = _field_error(facts, gpus, "uncorrectable", "double_bit")
+        if unread:
+            return unknown(f"ECC error counts not read{unread}")
+        return not_applicable("ECC error counts not reported (ECC off or not supported)")
     observed, fails, warns = _ecc_findings(gpus)
     expected = "0 volatile uncorrectable, SRAM threshold not exceeded"
     if fails:
@@ -272,7 +331,8 @@ def _remap_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[st
     return observed, fails
 
 
-@check("gpu.remapped-rows", health=True, severity="high",
+@check("gpu.remapped-rows", health=True, actions=("reset_gpu", "replace"),
+       severity="high",
        title="No pending or failed row remapping",
        risk="A pending remap leaves a known-bad HBM row in use until the GPU is reset (more "
             "uncorrectable errors, Xid 63/64); a remapping failure means no spare rows: the GPU "
@@ -285,16 +345,22 @@ def check_remapped_rows(facts: Facts, profile: Profile) -> Outcome:
         return not_judged
     if all(_get(g, "remapped_rows", "pending") is None
            and _get(g, "remapped_rows", "failure") is None for g in gpus):
-        return skip("remapped rows not reported (pre-A100, MIG or pass-through)")
+        unread = _field_error(facts, gpus, "remapped_row", "pending", "failure")
+        if unread:
+            return unknown(f"remapped rows not read{unread}")
+        return not_applicable("remapped rows not reported (pre-A100, MIG or pass-through)")
     observed, fails = _remap_findings(gpus)
     expected = {"pending": False, "failure": False, "uncorrectable_max": REMAP_UNC_MAX}
     if fails:
-        return Outcome(FAIL, observed, expected, "; ".join(fails), _evidence(facts))
+        spent = any("RMA" in line for line in fails)  # no spare rows left: only a new GPU
+        return Outcome(FAIL, observed, expected, "; ".join(fails), _evidence(facts),
+                       actions=("drain", "replace") if spent else ())
     return Outcome(PASS, observed, expected,
                    f"no pending or failed row remap on {len(gpus)} GPUs", _evidence(facts))
 
 
-@check("gpu.retired-pages-pending", health=True, severity="medium",
+@check("gpu.retired-pages-pending", health=True, actions=("reset_gpu",),
+       severity="medium",
        title="No page retirement pending",
        risk="Pages marked for retirement stay in use until the next driver reload: the bad "
             "memory can raise more ECC errors and kill jobs (pre-A100 GPUs)",
@@ -305,7 +371,11 @@ def check_retired_pages_pending(facts: Facts, profile: Profile) -> Outcome:
         return not_judged
     flags = {_name(g): _get(g, "retired_pages", "pending") for g in gpus}
     if all(v is None for v in flags.values()):
-        return skip("page retirement not reported (A100 and later use row remapping)")
+        unread = _field_error(facts, gpus, "pending_retirement", "pending_blacklist",
+                              "pending_page")
+        if unread:
+            return unknown(f"page retirement not read{unread}")
+        return not_applicable("page retirement not reported (A100 and later use row remapping)")
     pending = [name for name, v in flags.items() if v]
     if pending:
         return Outcome(FAIL, flags, False,
@@ -339,7 +409,8 @@ def _pcie_findings(gpu: dict[str, Any], gen_min: int | None,
     return fails, warns
 
 
-@check("gpu.pcie-link", health=True, severity="medium",
+@check("gpu.pcie-link", health=True, actions=("drain", "investigate", "replace"),
+       severity="medium",
        title="GPU PCIe links trained at full width and speed",
        risk="A link trained narrow halves (x8) or quarters (x4) host<->GPU bandwidth (Gen5 x16 "
             "is about 64 GB/s per direction): slower data loading, checkpoints and host-staged "
@@ -354,7 +425,10 @@ def check_pcie_link(facts: Facts, profile: Profile) -> Outcome:
     links = {_name(g): g.get("pcie") or {} for g in gpus}
     if all(link.get("gen_current") is None and link.get("width_current") is None
            for link in links.values()):
-        return skip("PCIe link state not reported")
+        unread = _field_error(facts, gpus, "link_gen", "link_width", "pcie_generation")
+        if unread:
+            return unknown(f"PCIe link state not read{unread}")
+        return not_applicable("PCIe link state not reported")
     fails: list[str] = []
     warns: list[str] = []
     for g in gpus:
@@ -384,7 +458,10 @@ def check_clock_events(facts: Facts, profile: Profile) -> Outcome:
         return not_judged
     reasons = {_name(g): g.get("clocks_event_reasons_active") for g in gpus}
     if all(r is None for r in reasons.values()):
-        return skip("clock-event reasons not reported")
+        unread = _field_error(facts, gpus, "clocks_event_reason", "clocks_throttle_reason")
+        if unread:
+            return unknown(f"clock-event reasons not read{unread}")
+        return not_applicable("clock-event reasons not reported")
     bad = {n: [r for r in rs if r in CLOCK_FAIL] for n, rs in reasons.items() if rs}
     capped = {n: [r for r in rs if r in CLOCK_WARN] for n, rs in reasons.items() if rs}
     bad, capped = {n: r for n, r in bad.items() if r}, {n: r for n, r in capped.items() if r}
@@ -409,14 +486,17 @@ def check_clock_events(facts: Facts, profile: Profile) -> Outcome:
 def check_temperature(facts: Facts, profile: Profile) -> Outcome:
     limit = _expect(profile, "temperature_max_c")
     if limit is None:
-        return skip("profile sets no gpu.temperature_max_c")
+        return not_applicable("profile sets no gpu.temperature_max_c")
     gpus, not_judged = _gpus(facts)
     if not_judged:
         return not_judged
     temps = {_name(g): g.get("temperature_c") for g in gpus}
     known = {n: t for n, t in temps.items() if t is not None}
     if not known:
-        return skip("GPU temperature not reported")
+        unread = _field_error(facts, gpus, "gpu_temp", "gpu_current_temp")
+        if unread:
+            return unknown(f"GPU temperature not read{unread}")
+        return not_applicable("GPU temperature not reported")
     hot = {n: t for n, t in known.items() if t > limit}
     if hot:
         return Outcome(WARN, temps, f"<= {limit} C",
@@ -462,7 +542,8 @@ def _fabric_problems(gpu: dict[str, Any]) -> tuple[list[str], list[str]]:
     return broken, degraded
 
 
-@check("gpu.fabric-state", health=True, severity="high",
+@check("gpu.fabric-state", health=True, actions=("restart_service", "reset_gpu", "reboot"),
+       severity="high",
        title="Every GPU is registered in its NVLink fabric, healthy, in the domain expected",
        risk="A GPU whose fabric registration is not Completed/Success, or whose fabric health "
             "is unhealthy, cannot use NVLink: on GB200/GB300 NVL the multi-node NVLink "
@@ -505,8 +586,8 @@ def check_fabric_state(facts: Facts, profile: Profile) -> Outcome:
         if want == "none":
             return Outcome(PASS, observed, want, "no NVLink fabric, as the profile says",
                            _evidence(facts))
-        return skip("no NVLink fabric on these GPUs: not configured (PCIe GPUs or no NVSwitch; "
-                    "gpu.nvlink_fabric in the profile makes it a finding)")
+        return not_applicable("no NVLink fabric on these GPUs: not configured (PCIe GPUs or no "
+                              "NVSwitch; gpu.nvlink_fabric in the profile makes it a finding)")
     degraded = [f"{name}: {', '.join(d)}" for name, (_, d) in found.items() if d]
     where = ", ".join(sorted(set(domains.values())))
     if degraded:
@@ -529,7 +610,8 @@ def _nvlink_line(gpu: dict[str, Any]) -> str:
         "active)"
 
 
-@check("gpu.nvlink-links", health=True, severity="high",
+@check("gpu.nvlink-links", health=True, actions=("drain", "reset_gpu", "replace"),
+       severity="high",
        title="Every NVLink link of every GPU is active, at one speed",
        risk="An inactive link takes its share of NVLink bandwidth out of every collective on "
             "that GPU (one of 18 is about 6 %); all links down leaves peer traffic on PCIe or "
@@ -550,7 +632,7 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
     links = _layer(facts).get("nvlink")
     if links is None:
         why = not_read(facts, LAYER, "nvlink")
-        return skip(f"NVLink state not read ({why or 'unknown'})")
+        return unknown(f"NVLink state not read ({why or 'no read error recorded'})")
     want = _expect(profile, "nvlink_links")
     if want == 0:
         return Outcome(PASS, len(links), 0, "no NVLink expected (the profile's "
@@ -560,7 +642,7 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
                 for g in links}
     with_links = [g for g in links if g["links"] or g["all_inactive"]]
     if not with_links and not want:
-        return skip("no NVLink on these GPUs: not configured (PCIe GPUs, no bridge)")
+        return not_applicable("no NVLink on these GPUs: not configured (PCIe GPUs, no bridge)")
     lone = len(gpus) == 1 and want is None
     if want is None:
         down = [g for g in with_links if g["inactive"] or (g["all_inactive"] and not lone)]
@@ -575,8 +657,8 @@ def check_nvlink_links(facts: Facts, profile: Profile) -> Outcome:
                        f"NVLink down on {len(lines)} of {len(links)} GPUs: {_list(lines, 4)}",
                        _evidence(facts, "nvlink"))
     if lone and with_links[0]["all_inactive"]:
-        return skip("one GPU, all its links inactive: no peer to link to (not configured; "
-                    "gpu.nvlink_links in the profile makes it a finding)")
+        return not_applicable("one GPU, all its links inactive: no peer to link to (not "
+                              "configured; gpu.nvlink_links in the profile makes it a finding)")
     fastest = max((g["gbps_max"] for g in links if g["gbps_max"]), default=None)
     slow = [f"GPU {g['index']}: {g['gbps_min']:g} GB/s" for g in links
             if g["gbps_min"] is not None and fastest and g["gbps_min"] < fastest]
@@ -600,7 +682,8 @@ NVLINK_ERROR_THRESHOLDS = {"replay errors": 0, "recovery errors": 0,
                            "link recovery failed events": 0}
 
 
-@check("gpu.nvlink-errors", health=True, severity="medium",
+@check("gpu.nvlink-errors", health=True, actions=("reset_gpu", "investigate"),
+       severity="medium",
        title="No NVLink replay or recovery errors since the driver loaded",
        risk="A link that replays or retrains stalls the transfers on it; links that keep "
             "recovering precede the link going down (Xid 74) and an aborted job",
@@ -619,12 +702,12 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
     counters, links = layer.get("nvlink_errors"), layer.get("nvlink")
     if counters is None:
         if links is None:
-            why = not_read(facts, LAYER, "nvlink")
-            return skip(f"NVLink state not read ({why or 'unknown'}): error counters not read")
+            why = not_read(facts, LAYER, "nvlink") or "no read error recorded"
+            return unknown(f"NVLink state not read ({why}): error counters not read")
         if not any(g["links"] for g in links):
-            return skip("no NVLink on these GPUs: not configured")
-        why = not_read(facts, LAYER, "nvlink_errors")
-        return skip(f"NVLink error counters not read ({why or 'unknown'})")
+            return not_applicable("no NVLink on these GPUs: not configured")
+        why = not_read(facts, LAYER, "nvlink_errors") or "no read error recorded"
+        return unknown(f"NVLink error counters not read ({why})")
     over = {**NVLINK_ERROR_THRESHOLDS, **(_expect(profile, "nvlink_error_thresholds") or {})}
     above = [f"GPU {g['index']} link {link} {name} {value}"
              for g in counters for link, names in g["links"].items()
@@ -639,7 +722,8 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts, "nvlink_errors"))
 
 
-@check("gpu.fabric-manager", health=True, severity="high",
+@check("gpu.fabric-manager", health=True, actions=("restart_service",),
+       severity="high",
        title="nvidia-fabricmanager runs where NVSwitches are on the host's PCI bus (HGX/DGX)",
        risk="Without Fabric Manager the NVSwitches are not configured: the GPUs of an HGX "
             "board cannot use NVLink and CUDA fails to start (error 802, system not ready) or "
@@ -659,15 +743,16 @@ def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
     layer = _layer(facts)
     switches = layer.get("nvswitches")
     if switches is None:
-        return skip(f"NVSwitches unknown (PCI bus not read{_error(facts, 'nvswitches')})")
+        return unknown(f"NVSwitches unknown (PCI bus not read{_unread(facts, 'nvswitches')})")
     if not switches:
-        return skip("no NVSwitch on this host's PCI bus: Fabric Manager is not configured "
-                    "here (on GB200/GB300 NVL compute trays gpu.fabric-state is the signal)")
+        return not_applicable("no NVSwitch on this host's PCI bus: Fabric Manager is not "
+                              "configured here (on GB200/GB300 NVL compute trays "
+                              "gpu.fabric-state is the signal)")
     state = layer.get("fabric_manager")
     evidence = _evidence(facts, "fabric_manager")
     if state is None:
         why = not_read(facts, LAYER, "fabric_manager") or "systemd is not the init"
-        return skip(f"{len(switches)} NVSwitches; Fabric Manager's state not read ({why})")
+        return unknown(f"{len(switches)} NVSwitches; Fabric Manager's state not read ({why})")
     observed = {"nvswitches": len(switches), **state}
     if state["load"] == "not-found":
         return Outcome(FAIL, observed, "active (running)", f"{len(switches)} NVSwitches and "
@@ -682,7 +767,8 @@ def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
                    f"for {len(switches)} NVSwitches", evidence)
 
 
-@check("gpu.imex", health=True, severity="high",
+@check("gpu.imex", health=True, actions=("restart_service",),
+       severity="high",
        title="IMEX is up on a multi-node NVLink domain, every node READY and connected",
        risk="Without a working IMEX domain the GPUs of an NVL72 rack cannot import each "
             "other's memory: multi-node NVLink jobs fail to start or NCCL leaves NVLink for "
@@ -693,23 +779,28 @@ def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
 def check_imex(facts: Facts, profile: Profile) -> Outcome:
     """Only where the GPUs are in a multi-node NVLink domain (:func:`check_fabric_state`'s
     ``multi-node``): ``nvidia-imex-ctl -N`` must show ``Domain State: UP``, every node READY
-    and every connection ``C``. A tool that is absent or has no configuration is *not
-    configured* (a skip, or a failure where the profile's ``gpu.imex`` is true); a domain
-    that is not up is *broken*."""
+    and every connection ``C``. A tool that is not installed or has no configuration is *not
+    configured* (not applicable, or a failure where the profile's ``gpu.imex`` is true); one
+    whose answer could not be read (it failed, or a capture lacks it) is unknown there; a
+    domain that is not up is *broken*."""
     gpus, not_judged = _gpus(facts)
     if not_judged:
         return not_judged
     if not any(_domain(g) == "multi-node" for g in gpus):
-        return skip("no multi-node NVLink domain: IMEX is not needed here (not configured)")
+        return not_applicable("no multi-node NVLink domain: IMEX is not needed here (not "
+                              "configured)")
     want = bool(_expect(profile, "imex"))
     found = _layer(facts).get("imex")
     if found is None or not found["configured"]:
         why = "no IMEX configuration" if found else (
             not_read(facts, LAYER, "imex")
             or "not read")
-        if not want:
-            return skip(f"IMEX not configured on this node ({why}); gpu.imex in the profile "
-                        "makes it a finding")
+        if not want and (found or _tool_absent(facts, "imex")):
+            return not_applicable(f"IMEX not configured on this node ({why}); gpu.imex in the "
+                                  "profile makes it a finding")
+        if not want:  # the tool failed, its output unreadable, or not captured
+            return unknown(f"IMEX state not read ({why}); gpu.imex in the profile makes a "
+                           "missing IMEX a finding")
         return Outcome(FAIL, None, "IMEX up", f"not configured: multi-node NVLink domain "
                        f"without IMEX ({why})", _evidence(facts, "imex"))
     nodes = found["nodes"]
@@ -739,14 +830,15 @@ def check_imex(facts: Facts, profile: Profile) -> Outcome:
            "advice (reset the GPU, check the link, RMA the board), then run the level again")
 def check_dcgm_diag(facts: Facts, profile: Profile) -> Outcome:
     """The ``dcgmi diag -r N -j`` run that ``preflight --dcgm-level N`` put in the facts
-    (``gpu.dcgm_diag``): a failing test fails, a warning warns; DCGM absent or not run is a
-    skip that says so."""
+    (``gpu.dcgm_diag``): a failing test fails, a warning warns; not run (not asked for) is not
+    applicable, asked for but without results (DCGM absent) unknown, each saying so."""
     del profile
     diag = _layer(facts).get("dcgm_diag")
     if diag is None:
-        return skip("DCGM diagnostics not run (preflight --dcgm-level 1|2|3|4 runs them)")
-    if diag.get("absent"):
-        return skip(f"DCGM absent: {diag['absent']}")
+        return not_applicable("DCGM diagnostics not run (preflight --dcgm-level 1|2|3|4 runs "
+                              "them)")
+    if diag.get("absent"):  # asked for, but no result: dcgmi missing, its engine down ...
+        return unknown(f"DCGM absent: {diag['absent']}")
     found = dcgm_problems(diag)
     worst = next((s for s in (FAIL, WARN) if any(f[0] == s for f in found)), PASS)
     lines = [message for _, message, _ in found]
@@ -800,6 +892,16 @@ def _plural(count: int, noun: str) -> str:
 
 
 _APP_ACTIONS = (cat.NONE, cat.IGNORE, cat.RESTART_APP, cat.INVESTIGATE)
+# The operator's actions for each recovery action of NVIDIA's Xid catalog, first to last
+# (``verdict``: HV's chain reset_gpu -> restart_os -> service_required; drain where the
+# catalog says to drain first).
+XID_ACTIONS = {
+    cat.NONE: ("investigate",), cat.IGNORE: ("investigate",),
+    cat.RESTART_APP: ("investigate",), cat.INVESTIGATE: ("investigate",),
+    cat.RESET_GPU: ("reset_gpu", "reboot", "replace"), cat.DRAIN_P2P: ("drain", "reset_gpu"),
+    cat.DRAIN_AND_RESET: ("drain", "reset_gpu"), cat.RECOVER_IMEX_DOMAIN: ("restart_service",),
+    cat.REBOOT: ("reboot", "replace"), cat.HARDWARE: ("drain", "replace"),
+}
 
 
 def _xid_fix(rows: list[dict[str, Any]]) -> str:
@@ -830,7 +932,7 @@ def check_xids(facts: Facts, profile: Profile) -> Outcome:
     _, not_listed = _gpus(facts)
     events = _layer(facts).get("xids")
     if events is None:
-        return not_listed or skip(f"kernel log not readable{_error(facts, 'xids')}")
+        return not_listed or unknown(f"kernel log not readable{_unread(facts, 'xids')}")
     if not events and not_listed:
         return not_listed
     policy = xid_policy.policy_from_profile(profile)
@@ -849,4 +951,6 @@ def check_xids(facts: Facts, profile: Profile) -> Outcome:
         return Outcome(PASS, rows, expected, f"no Xid incident{boots}{more}", evidence)
     detail = "; ".join(_xid_line(r) for r in found) + more
     status = FAIL if any(r["status"] == FAIL for r in found) else WARN
-    return Outcome(status, rows, expected, detail, evidence, fix=_xid_fix(found))
+    worst = max((r["action"] for r in found if r["status"] == status), key=cat.ACTIONS.index)
+    return Outcome(status, rows, expected, detail, evidence, fix=_xid_fix(found),
+                   actions=XID_ACTIONS[worst])

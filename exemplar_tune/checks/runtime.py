@@ -21,8 +21,10 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
-    skip,
+    not_applicable,
     source,
+    unknown,
+    why_unknown,
 )
 from exemplar_tune.probe import compare_container
 
@@ -33,6 +35,10 @@ SILENT = 'NCCL only logs "Could not open XML topology file" at INFO and auto-det
 
 def _expectations(profile: Profile) -> dict[str, Any]:
     return profile.get("runtime") or {}
+
+
+def _unread(facts: Facts, key: str) -> str:
+    return why_unknown(facts, "runtime", key)
 
 
 def _enroot_topo(runtime: dict[str, Any]) -> dict[str, Any] | None:
@@ -50,12 +56,12 @@ def check_topo_file(facts: Facts, profile: Profile) -> Outcome:
     """The effective NCCL_TOPO_FILE (environment, nccl.conf, or enroot for container jobs)."""
     expected_section = _expectations(profile)
     if "nccl_topo_file" not in expected_section:
-        return skip("profile sets no runtime.nccl_topo_file")
+        return not_applicable("profile sets no runtime.nccl_topo_file")
     expected = expected_section["nccl_topo_file"]
     runtime = facts.get("runtime") or {}
     topo = runtime.get("nccl_topo_file")
     if topo is None:
-        return skip("runtime facts lack nccl_topo_file")
+        return unknown(f"runtime facts lack nccl_topo_file ({_unread(facts, 'nccl_topo_file')})")
     evidence = source(facts, "runtime", "nccl_topo_file")
     if expected is None:
         return _needs_none(topo, evidence)
@@ -155,18 +161,26 @@ def check_topo_in_container(facts: Facts, profile: Profile) -> Outcome:
     """The probe result when there is one, else the enroot environ.d/mounts.d facts."""
     expectations = _expectations(profile)
     if not expectations.get("require_in_container"):
-        return skip("profile sets no runtime.require_in_container")
+        return not_applicable("profile sets no runtime.require_in_container")
     runtime = facts.get("runtime") or {}
     host_value = (runtime.get("nccl_topo_file") or {}).get("value")
     expected = expectations.get("nccl_topo_file") or host_value
+    if not expected and runtime.get("nccl_topo_file") is None:
+        return unknown("no topology file named by the profile, and the host's NCCL_TOPO_FILE "
+                       f"unknown ({_unread(facts, 'nccl_topo_file')})")
     if not expected:
-        return skip("neither the profile nor the host names a topology file to carry")
+        return not_applicable("neither the profile nor the host names a topology file to carry")
     probe = runtime.get("container")
     if probe is not None:
         return _from_probe(runtime, probe, expected)
     if not _has_container_runtime(runtime):
-        return skip("no enroot or pyxis on this host: give --launcher to check inside the "
-                    "job container")
+        unread = "; ".join(f"{key}: {_unread(facts, key)}" for key in ("enroot", "pyxis")
+                           if runtime.get(key) is None)
+        if unread:
+            return unknown(f"enroot and pyxis not read ({unread}): give --launcher to check "
+                           "inside the job container")
+        return not_applicable("no enroot or pyxis on this host: give --launcher to check "
+                              "inside the job container")
     return _from_enroot(facts, runtime, expected, host_value)
 
 
@@ -174,8 +188,8 @@ def _from_probe(runtime: dict[str, Any], probe: dict[str, Any], expected: str) -
     result = compare_container(runtime, probe, expected)
     evidence = (f"probe: {probe.get('launcher')}",)
     if result["ok"] is None:
-        return Outcome(SKIP, None, expected,
-                       f"container probe failed: {result['error']}", evidence)
+        return Outcome(SKIP, None, expected, f"container probe failed: {result['error']}",
+                       evidence, unknown=True)
     observed = result["container"]
     if result["problems"]:
         return Outcome(FAIL, observed, expected, "; ".join(result["problems"]), evidence)
@@ -227,7 +241,8 @@ def check_stale_nccl_conf(facts: Facts, profile: Profile) -> Outcome:
     runtime = facts.get("runtime") or {}
     entries = runtime.get("nccl_conf_topo_keys")
     if entries is None:
-        return skip("runtime facts lack nccl_conf_topo_keys")
+        return unknown("runtime facts lack nccl_conf_topo_keys "
+                       f"({_unread(facts, 'nccl_conf_topo_keys')})")
     evidence = source(facts, "runtime", "nccl_conf_topo_keys")
     expectations = _expectations(profile)
     problems, notes = [], []

@@ -19,8 +19,12 @@ from exemplar_tune.checks.base import (
     Outcome,
     Profile,
     check,
-    skip,
+    not_applicable,
+    read_error,
+    read_errors,
     source,
+    unknown,
+    why_unknown,
 )
 
 LAYER = "vm"
@@ -34,8 +38,8 @@ CMDQV_STATES: dict[str, str] = {
     "not_in_kernel": "CONFIG_TEGRA241_CMDQV missing: upgrade to >= 6.12 or a vendor kernel "
                      "with the backport",
     "fallback": "the CMDQV driver fell back to the standard SMMU CMDQ: see the kernel log lines",
-    "disabled_by_param": "CMDQV disabled by arm_smmu_v3.disable_cmdqv/bypass_vcmdq: set knob "
-                         "vm.cmdqv_params",
+    "disabled_by_param": "CMDQV disabled by arm_smmu_v3.disable_cmdqv/bypass_vcmdq: "
+                         "exemplar-tune apply --layer vm removes them (knob vm.cmdqv_params)",
     "no_device": "the firmware/VMM exposes no NVDA200C device",
 }
 
@@ -44,28 +48,35 @@ def _layer(facts: Facts) -> dict[str, Any]:
     return facts.get(LAYER) or {}
 
 
+def _why(facts: Facts, *keys: str) -> str:
+    return why_unknown(facts, LAYER, *keys)
+
+
 def _translating(facts: Facts) -> Outcome | None:
-    """A skip unless this is arm64 with SMMUv3 translating DMA (some group not identity)."""
+    """Not applicable unless this is arm64 with SMMUv3 translating DMA (some group not
+    identity); unknown where the architecture or the IOMMU units could not be read."""
     vm = _layer(facts)
     arch, smmu = vm.get("arch"), vm.get("smmu_v3")
     if arch is None or smmu is None:
-        return skip("architecture or IOMMU units unknown")
+        return unknown(f"architecture or IOMMU units unknown ({_why(facts, 'arch', 'smmu_v3')})")
     if arch != "aarch64":
-        return skip(f"not applicable: arch {arch} (CMDQV is an arm64 Grace SMMUv3 extension)")
+        return not_applicable(f"not applicable: arch {arch} (CMDQV is an arm64 Grace SMMUv3 "
+                              "extension)")
     if not smmu:
-        return skip("not applicable: no SMMUv3 unit (/sys/class/iommu/smmu3.*)")
+        return not_applicable("not applicable: no SMMUv3 unit (/sys/class/iommu/smmu3.*)")
     groups = (vm.get("iommu") or {}).get("groups_by_type")
     if groups and set(groups) == {"identity"}:
-        return skip("not applicable: every IOMMU group is identity (no SMMU translation)")
+        return not_applicable("not applicable: every IOMMU group is identity (no SMMU "
+                              "translation)")
     return None
 
 
 def _require_cmdqv(profile: Profile) -> Outcome | None:
     want = (profile.get(LAYER) or {}).get("require_cmdqv")
     if want is None:
-        return skip("profile sets no vm.require_cmdqv")
+        return not_applicable("profile sets no vm.require_cmdqv")
     if not want:
-        return skip("profile vm.require_cmdqv is false")
+        return not_applicable("profile vm.require_cmdqv is false")
     return None
 
 
@@ -105,21 +116,28 @@ def check_cmdqv(facts: Facts, profile: Profile) -> Outcome:
     cmdqv = vm.get("cmdqv") or {}
     state, reasons = cmdqv.get("state"), cmdqv.get("reasons") or []
     evidence = source(facts, LAYER, "cmdqv")
-    if state in (None, "unknown", "not_applicable"):
-        return skip(f"CMDQV state {state or 'unknown'}: {'; '.join(reasons) or 'no evidence'}")
+    if state == "not_applicable":
+        return not_applicable(f"CMDQV state {state}: {'; '.join(reasons) or 'no evidence'}")
+    if state in (None, "unknown"):
+        unread = read_errors(facts, LAYER, "cmdqv")
+        return unknown(f"CMDQV state {state or 'unknown'}: {'; '.join(reasons) or 'no evidence'}"
+                       + (f" ({unread})" if unread else ""))
     observed = {"state": state, "virtualized": vm.get("virtualized"),
                 "kernel_release": vm.get("kernel_release"), "reasons": reasons}
     if state == "active":
         return Outcome(PASS, observed, "active", "cmdqv active: " + "; ".join(reasons), evidence)
     virtualized = vm.get("virtualized")
     detail = _cmdqv_detail(cmdqv, virtualized, vm.get("kernel_release"))
-    return Outcome(FAIL if virtualized else WARN, observed, "active", detail, evidence)
+    knob = "vm.cmdqv_params" if state == "disabled_by_param" else None  # a parameter: ours
+    return Outcome(FAIL if virtualized else WARN, observed, "active", detail, evidence,
+                   knob=knob, actions=("apply",) if knob else ())
 
 
 @check("vm.cmdqv-params", severity="medium", title="CMDQV not turned off by a driver parameter",
        risk="disable_cmdqv or bypass_vcmdq sends every SMMU command to the single standard CMDQ: "
             "the CMDQ lock contention CMDQV exists to remove comes back",
-       fix="set knob vm.cmdqv_params (remove arm_smmu_v3.disable_cmdqv=1 and "
+       fix="exemplar-tune apply --layer vm (knob vm.cmdqv_params: remove "
+           "arm_smmu_v3.disable_cmdqv=1 and "
            "arm_smmu_v3.bypass_vcmdq=1 from the kernel command line; reboot)",
        knob="vm.cmdqv_params")
 def check_cmdqv_params(facts: Facts, profile: Profile) -> Outcome:
@@ -129,8 +147,11 @@ def check_cmdqv_params(facts: Facts, profile: Profile) -> Outcome:
     params = (_layer(facts).get("cmdqv") or {}).get("params") or {}
     values = {name: params.get(name) for name in CMDQV_PARAMS}
     if all(v is None for v in values.values()):
-        return skip("arm_smmu_v3 has no disable_cmdqv/bypass_vcmdq parameter (driver without "
-                    "CMDQV, see vm.cmdqv)")
+        unread = read_error(facts, LAYER, "cmdqv.params")
+        if unread:
+            return unknown(f"arm_smmu_v3 parameters not read ({unread})")
+        return not_applicable("arm_smmu_v3 has no disable_cmdqv/bypass_vcmdq parameter (driver "
+                              "without CMDQV, see vm.cmdqv)")
     expected = dict.fromkeys(CMDQV_PARAMS, False)
     evidence = source(facts, LAYER, "cmdqv")
     on = [name for name, v in values.items() if v]
@@ -147,20 +168,21 @@ def check_cmdqv_params(facts: Facts, profile: Profile) -> Outcome:
        risk="Translated (DMA/DMA-FQ) domains map and unmap every DMA buffer and issue IOTLB "
             "invalidations; on arm64 without CMDQV they contend on the SMMU CMDQ lock "
             "(arm_smmu_cmdq_issue_cmdlist)",
-       fix="set knob vm.iommu_passthrough (iommu.passthrough=1 or iommu=pt for identity, "
+       fix="exemplar-tune apply --layer vm (knob vm.iommu_passthrough: iommu.passthrough=1 "
+           "or iommu=pt for identity, "
            "iommu.strict=0 for DMA-FQ on the kernel command line; reboot)",
        knob="vm.iommu_passthrough")
 def check_iommu_domain(facts: Facts, profile: Profile) -> Outcome:
     want = (profile.get(LAYER) or {}).get("iommu_default_domain")
     if want is None:
-        return skip("profile sets no vm.iommu_default_domain")
+        return not_applicable("profile sets no vm.iommu_default_domain")
     iommu = _layer(facts).get("iommu")
     groups = None if iommu is None else iommu.get("groups_by_type")
     if groups is None:
-        return skip("IOMMU groups unknown")
+        return unknown(f"IOMMU groups unknown ({_why(facts, 'iommu.groups_by_type')})")
     evidence = source(facts, LAYER, "iommu")
     if not groups:
-        return skip("no IOMMU group (IOMMU off or absent): nothing is translated")
+        return not_applicable("no IOMMU group (IOMMU off or absent): nothing is translated")
     other = {kind: n for kind, n in groups.items() if kind in MANAGED_DOMAINS and kind != want}
     if other:
         counts = ", ".join(f"{n} {kind}" for kind, n in other.items())

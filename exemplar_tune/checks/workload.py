@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from exemplar_tune.checks.base import FAIL, PASS, Facts, Outcome, Profile, check, skip
+from exemplar_tune.checks.base import (
+    FAIL,
+    PASS,
+    Facts,
+    Outcome,
+    Profile,
+    check,
+    not_applicable,
+    unknown,
+)
 
 DEFAULT_GATE = 0.95
 
@@ -39,13 +48,13 @@ def check_reference(facts: Facts, profile: Profile) -> Outcome:
     expectations = profile.get("workload") or {}
     reference = expectations.get("reference")
     if not reference:
-        return skip("profile sets no workload.reference")
+        return not_applicable("profile sets no workload.reference")
     results = (facts.get("workload") or {}).get("results")
     if not results:
-        return skip("no benchmark results (give --results)")
+        return not_applicable("no benchmark results (give --results)")
     gate = expectations.get("gate", DEFAULT_GATE)
     judged: dict[str, dict[str, Any]] = {}
-    notes = []
+    notes, unusable = [], False
     for shape, ref in reference.items():
         if shape not in results:
             notes.append(f"{shape}: not measured")
@@ -53,13 +62,15 @@ def check_reference(facts: Facts, profile: Profile) -> Outcome:
         verdict = _judge(shape, results[shape], ref, gate)
         if isinstance(verdict, str):
             notes.append(verdict)
+            unusable = True
         else:
             judged[shape] = verdict
     expected = {shape: {"value": ref["value"], "unit": ref["unit"], "min_ratio": gate,
                         "higher_is_better": bool(ref.get("higher_is_better", False))}
                 for shape, ref in reference.items()}
-    if not judged:
-        return skip("no benchmark result matches a reference shape: " + "; ".join(notes))
+    if not judged:  # a measured shape without a usable value cannot be judged
+        return (unknown if unusable else not_applicable)(
+            "no benchmark result matches a reference shape: " + "; ".join(notes))
     evidence = ("benchmark results",)
     below = [f"{s} at {v['ratio']:.1%} of reference {expected[s]['value']} {v['unit']} "
              f"(measured {v['value']})" for s, v in judged.items() if not v["passed"]]

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep", "choose NCCL fabric settings by measurement"),
     "slow-nodes": ("slow_nodes", "hosts slower than the fleet, and the facts that differ"),
     "profile": ("profile", "list profiles; show one merged and validated"),
+    "schema": ("schema", "the JSON Schema of a machine-readable output"),
     "diagnose": ("diagnose", "analyse captured signals (turbostat, perf, logs ...)"),
     "sim": ("sim", "a simulated GPU cluster: create, benchmark, COLL log, boot"),
     "demo": ("demo", "see it all on a simulated cluster (about 2 minutes)"),

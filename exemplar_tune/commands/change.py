@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import socket
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import PROFILE_HELP, add_change_target, add_loop_options
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
 from exemplar_tune.fleet import reaper
+from exemplar_tune.fleet.collection import playbook_line
 from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.playbook_runs import (
     changed_hosts,
@@ -29,12 +32,14 @@ from exemplar_tune.fleet.playbook_runs import (
     run_playbook,
     runner,
 )
+from exemplar_tune.json_schemas import checked
 from exemplar_tune.ledger import Ledger
 from exemplar_tune.orchestration.experiments import end_leftovers, run_experiment
 from exemplar_tune.profile import AUTO, profile_vars
 from exemplar_tune.reports.change import (
     apply_lines,
     audit_lines,
+    boot_time,
     group_drift,
     group_not_applicable,
     group_not_audited,
@@ -44,6 +49,9 @@ from exemplar_tune.reports.change import (
 from exemplar_tune.reports.prometheus import audit_text, write_atomically
 from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
+from exemplar_tune.verdict import Target, audit_verdict
+
+AUDIT_SCHEMA_VERSION = 1  # of schemas/audit-result.schema.json
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -175,7 +183,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 "layer": args.layer, **targets, "exemplar_run_id": run_id})
             ledger.record_hosts(experiment, args.layer, host_records(result))
             broken = bool(result["failed"] or result["unreachable"])
-            ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied")
+            ledger.set_layer_status(experiment, args.layer, "failed" if broken else "applied",
+                                    reboot_required=any(d["reboot_required"]
+                                                        for d in result["hosts"].values()))
             ledger.finish(experiment, "failed" if broken else "finished")
     return _report_apply(args, experiment, run_id, name, result)
 
@@ -183,9 +193,27 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _report_apply(args: argparse.Namespace, experiment: str | None, run_id: str | None,
                   profile: str, result: dict[str, Any]) -> int:
     doc = {"experiment": experiment, "run_id": run_id, "layer": args.layer,
-           "check": args.check, "profile": profile, "made": made(profile), **result}
+           "check": args.check, "profile": profile, "made": made(profile),
+           "undo": undo_command(args, experiment, result), **result}
     _emit(args, doc, apply_lines(doc, args.diff))
     return EXIT_FINDINGS if result["failed"] or result["unreachable"] else EXIT_OK
+
+
+def undo_command(args: argparse.Namespace, experiment: str | None,
+                 result: dict[str, Any]) -> str | None:
+    """The ``restore`` that puts back what an apply journaled, as it runs when typed: ``None``
+    when no host changed anything (check mode included); ``--limit`` names the hosts that
+    changed when others did not (unreachable hosts would fail the restore); ``--ledger``
+    the ledger the apply wrote. The inventory comes from the ledger."""
+    changed = sorted(h for h, d in result["hosts"].items() if d["changed"])
+    if experiment is None or not changed:
+        return None
+    argv = ["exemplar-tune", "restore", "--run", experiment]
+    if args.ledger:
+        argv += ["--ledger", os.path.abspath(args.ledger)]
+    if len(changed) < len(result["hosts"]) + len(result["unreachable"]):
+        argv += ["--limit", compress(changed)]
+    return shlex.join(argv)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -206,16 +234,71 @@ def cmd_restore(args: argparse.Namespace) -> int:
             end_leftovers(ledger, exp["id"])
             lines, results = [f"restore of experiment {exp['id']}"], {}
             for layer in reversed(doc["layers"]):
+                expected = changed_hosts(doc, layer["layer"])
                 result = run_playbook(run, "restore", {
                     "exemplar_run_id": layer["run_id"],
                     "exemplar_restore_layers": [layer["layer"]],
-                    "exemplar_restore_expected": changed_hosts(doc, layer["layer"])})
+                    "exemplar_restore_expected": expected})
                 results[layer["layer"]] = result
+                _record_restore(ledger, exp["id"], layer["layer"], expected, result)
                 lines += _restore_lines(layer["layer"], result)
             failed = any(r["failed"] or r["unreachable"] for r in results.values())
             ledger.finish(exp["id"], "failed" if failed else "rolled_back")
-    _emit(args, {"experiment": exp["id"], "layers": results}, lines)
+    reboot = reboot_hosts(doc, results)
+    command = reboot_command(args, reboot)
+    if reboot:
+        lines.append(f"REBOOT REQUIRED on {compress(reboot)} to take effect: {command}")
+    _emit(args, {"experiment": exp["id"], "layers": results, "reboot_required": reboot,
+                 "reboot_command": command}, lines)
     return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _record_restore(ledger: Ledger, experiment: str, layer: str, expected: list[str],
+                    result: dict[str, Any]) -> None:
+    """Keep the restore of ``layer`` in the ledger: per host the ledger saw change it, or
+    that put something back or failed, whether it was restored (the error where not); the
+    layer is ``restored`` once every host that changed it is, and the event says where."""
+    outcome = {h: (d["error"] or "failed") if d["status"] == "failed" else None
+               for h, d in result["hosts"].items()
+               if h in expected or d["restored"] or d["status"] == "failed"}
+    outcome.update({h: f"unreachable: {why}" for h, why in result["unreachable"].items()
+                    if h in expected})
+    if not outcome:
+        return
+    done = ledger.record_restore(experiment, layer, outcome)
+    put_back = [h for h, error in outcome.items() if error is None]
+    missed = [h for h, error in outcome.items() if error is not None]
+    message = f"{layer}: restored on {compress(put_back) or 'no host'}"
+    message += f"; not restored on {compress(missed)}" if missed else ""
+    ledger.log_event(experiment, "info" if done else "warning",
+                     message + ("" if done else "; the layer is not restored everywhere"))
+
+
+def reboot_hosts(doc: dict[str, Any], results: dict[str, dict[str, Any]]) -> list[str]:
+    """Hosts a restore put a boot-time change back on, sorted: where the restore module says
+    so (BIOS values staged again), or where it put entries back of a layer the ledger saw
+    change a boot-time knob on that host (kernel arguments: ``reboot_required`` as applied,
+    or a knob registered with ``reboot``)."""
+    boot = {(row["layer"], row["host"]) for row in doc["hosts"]
+            if any(boot_time(knob) for knob in row["changed"] or [])}
+    return sorted({host for layer, result in results.items()
+                   for host, data in result["hosts"].items()
+                   if data["reboot_required"] or (data["restored"] and (layer, host) in boot)})
+
+
+def reboot_command(args: argparse.Namespace, hosts: list[str]) -> str | None:
+    """What reboots ``hosts`` of the restored target, as it runs when typed: the
+    collection's reboot playbook on the inventory (``--limit`` in Ansible's own form);
+    ``None`` for no host. A sysroot is not booted by anyone here: the line says so."""
+    if not hosts:
+        return None
+    if args.sysroot:
+        return f"boot the host that {args.sysroot} mirrors"
+    if not args.inventory:
+        return "reboot this host (systemctl reboot)"
+    inventory = os.path.abspath(args.inventory) if os.path.exists(args.inventory) \
+        else args.inventory
+    return playbook_line("reboot", inventory, hosts)
 
 
 def cmd_abandon(args: argparse.Namespace) -> int:
@@ -294,7 +377,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     layers = args.layer or list(ROLE_LAYERS)
     for data in result["hosts"].values():
         data["audit"] = layer_verdicts(data, layers)
-    doc = {"profile": name, "made": made(name), **result,
+    target = Target(args.inventory, args.sysroot, args.profile)
+    doc = {"schema_version": AUDIT_SCHEMA_VERSION, "profile": name, "made": made(name),
+           "target": asdict(target), **result,
+           "verdicts": {**{host: audit_verdict(data, target, host)
+                           for host, data in result["hosts"].items()},
+                        **{host: audit_verdict(None, target, host, f"{how}: {why}")
+                           for how in ("failed", "unreachable")
+                           for host, why in result[how].items()}},
            "drift": group_drift(result["hosts"]),
            "not_audited": group_not_audited(result["hosts"]),
            "not_applicable": group_not_applicable(result["hosts"])}
@@ -305,10 +395,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         else:
             print(text, end="")
     else:
-        _emit(args, doc, audit_lines(doc, args.diff, args.details))
+        _emit(args, doc, audit_lines(doc, args.diff, args.details), "audit")
     drift = bool(doc["drift"]) or result["failed"] or result["unreachable"]
     return EXIT_FINDINGS if drift else EXIT_OK
 
 
-def _emit(args: argparse.Namespace, doc: dict[str, Any], lines: list[str]) -> None:
-    print(json.dumps(doc, indent=2) if args.format == "json" else "\n".join(lines))
+def _emit(args: argparse.Namespace, doc: dict[str, Any], lines: list[str],
+          schema: str | None = None) -> None:
+    print(json.dumps(checked(doc, schema) if schema else doc, indent=2)
+          if args.format == "json" else "\n".join(lines))

@@ -21,7 +21,7 @@ from exemplar_tune.orchestration.experiments import end_leftovers, run_experimen
 from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.profile import AUTO, load_profile
 from exemplar_tune.reports import sweep as sweep_report
-from exemplar_tune.reports.experiment import html_page, markdown
+from exemplar_tune.reports.experiment import html_page, markdown, show_lines
 from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
 
@@ -192,19 +192,15 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """``exemplar-tune show RUN``."""
+    """``exemplar-tune show RUN``: the experiment, per layer the hosts and knobs it changed
+    and whether a restore put them back (:func:`show_lines`), its decisions."""
     with Ledger(args.ledger, read_only=True) as ledger:
         doc = ledger.show(args.experiment)
     if args.format == "json":
         doc["made"] = made(doc["experiment"]["profile_name"])
         print(json.dumps(doc, indent=2, default=str))
         return EXIT_OK
-    exp = doc["experiment"]
-    print(f"{exp['id']} ({exp['kind']}, {exp['status']}), profile {exp['profile_name']}")
-    for layer in doc["layers"]:
-        print(f"  {layer['layer']:<8} {layer['status']}")
-    for decision in doc["decisions"]:
-        print(f"  {decision['layer']}: {decision['action']}: {decision['reason']}")
+    print("\n".join(show_lines(doc)))
     return EXIT_OK
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
 
-from exemplar_tune.checks.base import FAIL
+from exemplar_tune.checks.base import FAIL, HEALTH, TUNING
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, check_layers, facts_runner
 from exemplar_tune.commands.slurm import add_prolog_option
@@ -16,6 +16,7 @@ from exemplar_tune.dcgm import CAPTURE, LEVEL_TIME, from_output
 from exemplar_tune.errors import UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.inputs import output_file, read_input
+from exemplar_tune.json_schemas import checked
 from exemplar_tune.ledger import Ledger, NoLedger
 from exemplar_tune.offenders import offenders, repeat_failures, thresholds
 from exemplar_tune.preflight import exit_status, preflight_hosts
@@ -25,6 +26,7 @@ from exemplar_tune.progress import say
 from exemplar_tune.reports.npd import npd_result
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
+from exemplar_tune.verdict import Target
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -43,13 +45,19 @@ PREFLIGHT_EPILOG = """examples:
   exemplar-tune preflight --format npd --layer cpu     a node-problem-detector plugin
 
 Checks run layer by layer (gpu, vm, cpu, runtime, fabric, workload); every result has a status
-(pass, warn, fail, skip), what was observed and expected, the evidence (file or command), the
-risk and the fix (the role knob, or the manual BIOS/hypervisor action). With several hosts the
-table prints one line per failing or warning check and finding, the hosts with that finding
-folded into a hostlist (gpu[001-112,115]), failing first, then by severity and host count;
---details adds every host's checks. JSON keeps every host's results.
+(pass, warn, fail, skip), a class (health: the node is broken or degrading; tuning: a
+preference of the profile is not met; not_applicable; unknown: it could not be judged), what
+was observed and expected, the evidence (file or command), the risk and its actions, first
+to last (none, apply, reboot, reset_gpu, restart_service, drain, replace, investigate), each
+with the command that does it where one exists; pending_reboot marks a fix applied that waits
+for a reboot. Each host gets one verdict: health, unknown, tuning, not_applicable or ok. With
+several hosts the table prints one line per failing or warning check and finding, the hosts
+with that finding folded into a hostlist (gpu[001-112,115]), failing first, then by severity
+and host count; --details adds every host's checks. JSON keeps every host's results
+('exemplar-tune schema preflight' prints its JSON Schema).
 
-exit codes: 0 no failing check, 1 a check failed or a host was unreachable, 2 usage/input error.
+exit codes: 0 no failing check, 1 a check failed or a host was unreachable or could not be
+judged (an empty or unreadable host is unknown, never a pass), 2 usage/input error.
 """
 
 
@@ -77,8 +85,10 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--format", choices=("table", "json", "markdown", "html", "prometheus",
                                           "npd"), default="table",
                      help="prometheus: node_exporter's textfile format; npd: Kubernetes "
-                     "node-problem-detector's plugin protocol (one node: exit 0 OK, 1 a check "
-                     "fails, 2 unknown; one line)")
+                     "node-problem-detector's plugin protocol (one node, one line: exit 1 for "
+                     "a health problem, 2 when the node could not be judged, else 0)")
+    cmd.add_argument("--npd-include-tuning", action="store_true",
+                     help="npd format: a tuning preference not met is a problem too (exit 1)")
     cmd.add_argument("--output", type=Path, metavar="FILE",
                      help="write the report to FILE (prometheus: replaced in one rename)")
     cmd.add_argument("--details", action="store_true",
@@ -118,11 +128,12 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             facts["runtime"]["container"] = extras["container"]
         if extras["results"] is not None:
             facts["workload"]["results"] = extras["results"]
-    doc = preflight_hosts(hosts, profiles, args.layer, args.stop_at_first_failing_layer, missing)
+    doc = preflight_hosts(hosts, profiles, args.layer, args.stop_at_first_failing_layer, missing,
+                          Target(args.inventory, args.sysroot, args.profile))
     if args.record:
         _record(doc, args.ledger, next(iter(profiles.values()), ({}, ""))[0])
     if args.format == "npd":
-        status, message = npd_result(doc)
+        status, message = npd_result(doc, args.npd_include_tuning)
         print(message)
         return status
     _emit(doc, args)
@@ -173,8 +184,10 @@ OFFENDERS_EPILOG = """examples:
   exemplar-tune offenders --failures 2 --runs 3 --format json
 
 A host is a repeat offender for a check when it failed that check in at least FAILURES of its
-last RUNS recorded preflights within DAYS days. The thresholds come from the options, else the
-profile's 'offenders' settings, else 3 of 5 in 7 days. Exit 1 when there is an offender.
+last RUNS recorded preflights within DAYS days. Only health checks count (a broken or
+degrading node); --include-tuning counts tuning preferences too. The thresholds come from the
+options, else the profile's 'offenders' settings, else 3 of 5 in 7 days. Exit 1 when there is
+an offender.
 """
 
 
@@ -189,6 +202,8 @@ def _add_offenders(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--profile", metavar="NAME|FILE",
                      help="read the thresholds from this profile's 'offenders' settings")
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
+    cmd.add_argument("--include-tuning", action="store_true",
+                     help="also count failing tuning checks (default: health checks only)")
     cmd.add_argument("--format", choices=("table", "json"), default="table")
     cmd.set_defaults(func=cmd_offenders)
 
@@ -199,19 +214,26 @@ def cmd_offenders(args: argparse.Namespace) -> int:
                       failures=args.failures, runs=args.runs, days=args.days)
     try:
         with Ledger(args.ledger, read_only=True) as ledger:
-            found = offenders(ledger, rule)
+            found = offenders(ledger, rule, _classes(args.include_tuning))
     except NoLedger:
         found = []
+    classes = _classes(args.include_tuning)
     if args.format == "json":
-        print(json.dumps({"rule": rule, "offenders": found}, indent=2))
+        print(json.dumps({"schema_version": 1, "rule": rule, "classes": list(classes),
+                          "offenders": found}, indent=2))
     elif not found:
         print(f"no repeat offender ({rule['failures']:g} failures of the last "
-              f"{rule['runs']:g} recorded runs in {rule['days']:g} days)")
+              f"{rule['runs']:g} recorded runs in {rule['days']:g} days; "
+              f"{' and '.join(classes)} checks)")
     else:
         for group in found:
-            print(f"{group['check']:<32} {group['failures']}/{group['runs']} runs  "
-                  f"{group['count']} host(s)  {group['hostlist']}")
+            print(f"{group['check']:<32} {group['class']:<7} {group['failures']}/"
+                  f"{group['runs']} runs  {group['count']} host(s)  {group['hostlist']}")
     return 1 if found else 0
+
+
+def _classes(include_tuning: bool) -> tuple[str, ...]:
+    return (HEALTH, TUNING) if include_tuning else (HEALTH,)
 
 
 def _read_results(path: Path) -> dict:
@@ -228,7 +250,8 @@ def _read_results(path: Path) -> dict:
 
 def _emit(doc: dict, args: argparse.Namespace) -> None:
     stream_colour = args.output is None and use_colour()
-    text = {"json": lambda: json.dumps(doc, indent=2), "markdown": lambda: markdown(doc),
+    text = {"json": lambda: json.dumps(checked(doc, "preflight"), indent=2),
+            "markdown": lambda: markdown(doc),
             "html": lambda: html_report(doc),
             "table": lambda: table(doc, stream_colour, args.details),
             "prometheus": lambda: preflight_text(doc)}[args.format]()

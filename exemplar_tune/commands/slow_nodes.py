@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from exemplar_tune.commands import SUMMARIES
@@ -13,6 +14,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.majority import differences
+from exemplar_tune.json_schemas import checked
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
 from exemplar_tune.orchestration.slow_nodes import (
     MIN_RUNS,
@@ -20,16 +22,20 @@ from exemplar_tune.orchestration.slow_nodes import (
     HostVerdict,
     explain,
     judge,
+    lost_groups,
     measure,
     measure_on_hosts,
     noise,
     slow_groups,
+    unanswered,
 )
 from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.progress import say
 from exemplar_tune.reports.html import render as render_html
 from exemplar_tune.reports.prometheus import slow_nodes_text, write_atomically
+from exemplar_tune.verdict import Target, slow_verdict
 
+SCHEMA_VERSION = 1  # of schemas/slow-nodes-result.schema.json
 EPILOG = """examples:
   exemplar-tune slow-nodes -i hosts.yml                  the node benchmark, 5 runs per host
   exemplar-tune slow-nodes -i hosts.yml --runs 8 --format json
@@ -50,7 +56,9 @@ Each host is compared with the pooled runs of the others not found slow: its slo
 interval whose error is shared over all hosts. A host is slow when the whole interval lies
 above zero and the slowdown is at least --min-slowdown. Each slow host is then joined with the
 facts where it differs from the fleet's majority (facts --differ), no profile needed; slow
-hosts that differ alike are folded into one hostlist. Exit 1 when a host is slow.
+hosts that differ alike are folded into one hostlist. Exit 1 when a host is slow, and when a
+host's benchmark failed, timed out (--timeout stops the whole pass) or gave no result: those
+hosts are named with why, folded (JSON: "lost"), and nothing is compared.
 Try it: exemplar-tune sim create /tmp/c --hosts 8 --fault node05=deep_cstate_disabled
         exemplar-tune slow-nodes -i /tmp/c/inventory.yml      (README "Slow nodes")
 """
@@ -100,35 +108,67 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
     run = facts_runner(args)
     if args.bench:
         spec = _shape(load_benchmarks(args.bench), args.shape, str(args.bench))
+        measured, what = f"{spec.name} ({args.bench})", "benchmark"
         hosts_facts, missing = collect_facts(None, run, None)
-        _refuse_missing(missing, "reading their facts")
-        values = measure(run, spec, sorted(hosts_facts), args.runs, None, say)
-        measured = f"{spec.name} ({args.bench})"
+        missing.update(unanswered(run, [*hosts_facts, *missing]))
+        if missing:
+            return _report_lost(args, measured, missing, "reading their facts")
+        values, missing = measure(run, spec, sorted(hosts_facts), args.runs, None, say)
     else:
         say(f"slow-nodes: facts and {args.runs} node benchmark runs on every host ...")
         done = measure_on_hosts(run, args.runs)
-        _refuse_missing(done.missing, "running the node benchmark")
-        hosts_facts, values, measured = done.facts, done.values, f"node benchmark, {done.measured}"
+        hosts_facts, values, missing = done.facts, done.values, done.missing
+        measured, what = f"node benchmark, {done.measured}", "node benchmark"
+    if missing:
+        return _report_lost(args, measured, missing, f"running the {what}", len(values))
     verdicts = explain(judge(values, args.confidence, args.min_slowdown),
                        differences(hosts_facts))
-    doc = {"measured": measured, "runs": args.runs, "confidence": args.confidence,
-           "min_slowdown": args.min_slowdown, "noise_cv": round(noise(values), 5),
-           "hosts": [v.to_dict() for v in verdicts],
-           "slow": compress(v.host for v in verdicts if v.slow)}
-    text = render(doc, verdicts, args.format)
+    doc = _document(args, measured, [v.to_dict() for v in verdicts], round(noise(values), 5))
+    _write(args, render(doc, verdicts, args.format))
+    return EXIT_FINDINGS if doc["slow"] else EXIT_OK
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         write_atomically(args.output, text)
     else:
         print(text, end="")
-    return EXIT_FINDINGS if doc["slow"] else EXIT_OK
 
 
-def _refuse_missing(missing: dict[str, str], doing: str) -> None:
-    """A host lost on the way is a refusal: the others' comparison would leave it out."""
-    if missing:
-        raise UserError(f"{len(missing)} host(s) failed while {doing}: " + "; ".join(
-            f"{host} ({why})" for host, why in sorted(missing.items())[:8])
-            + ("; ..." if len(missing) > 8 else "") + " (--limit leaves hosts out)")
+def _report_lost(args: argparse.Namespace, measured: str, missing: dict[str, str],
+                 doing: str, measured_hosts: int = 0) -> int:
+    """Hosts lost on the way stop the comparison (it would leave them out silently): they
+    are named, folded by why, in the table or JSON (``lost``: ``[{hosts, count, reason}]``,
+    no verdicts); exit 1. A Prometheus or HTML output is not written: the lines go to
+    standard error."""
+    lost = lost_groups(missing)
+    total = len(missing) + measured_hosts
+    head = (f"slow-nodes: nothing compared: {len(missing)} of {total} host(s) failed or "
+            f"timed out while {doing} (--limit leaves hosts out)")
+    lines = [head] + [f"  FAILED {g['hosts']}: {g['reason']}" for g in lost]
+    if args.format == "json":
+        doc = _document(args, measured, [], None, missing, lost)
+        _write(args, json.dumps(checked(doc, "slow-nodes"), indent=2) + "\n")
+    elif args.format == "table":
+        _write(args, "\n".join(lines) + "\n")
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    return EXIT_FINDINGS
+
+
+def _document(args: argparse.Namespace, measured: str, hosts: list[dict], noise_cv: float | None,
+              missing: dict[str, str] | None = None, lost: list[dict] | None = None) -> dict:
+    """The JSON document (``schemas/slow-nodes-result.schema.json``), with every host's
+    verdict (``verdict.slow_verdict``)."""
+    target = Target(args.inventory, None, None)
+    verdicts = {h["host"]: slow_verdict(h, target, h["host"]) for h in hosts}
+    verdicts.update({host: slow_verdict(None, target, host, why)
+                     for host, why in (missing or {}).items()})
+    return {"schema_version": SCHEMA_VERSION, "measured": measured, "runs": args.runs,
+            "confidence": args.confidence, "min_slowdown": args.min_slowdown,
+            "noise_cv": noise_cv, "hosts": hosts,
+            "slow": compress(h["host"] for h in hosts if h["slow"]), "lost": lost or [],
+            "verdicts": verdicts}
 
 
 def _shape(specs: list[BenchmarkSpec], name: str | None, source: str) -> BenchmarkSpec:
@@ -143,7 +183,7 @@ def _shape(specs: list[BenchmarkSpec], name: str | None, source: str) -> Benchma
 def render(doc: dict, verdicts: list[HostVerdict], fmt: str) -> str:
     """The result in ``fmt``: table, json, prometheus or html."""
     if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        return json.dumps(checked(doc, "slow-nodes"), indent=2) + "\n"
     if fmt == "prometheus":
         return slow_nodes_text(doc)
     if fmt == "html":

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -82,6 +83,21 @@ def local_inventory(hosts: list[str] | None = None, hostvars: dict | None = None
     return {"all": {"hosts": {name: {**base, **(hostvars or {}).get(name, {})} for name in names}}}
 
 
+def local_name(inventory: str | dict, limit: str | None) -> str | None:
+    """``limit``, with this machine's name (short or fully qualified) read as ``localhost``
+    where the inventory is this host alone: the name a local run's reports and Prometheus
+    series carry is a name ``--limit`` accepts on the same host."""
+    if limit and inventory == local_inventory() and limit in machine_names():
+        return "localhost"
+    return limit
+
+
+def machine_names() -> set[str]:
+    """This machine's host name as set (what ``host_label`` writes) and its short form."""
+    name = socket.gethostname()
+    return {name, name.split(".")[0]}
+
+
 class AnsibleRun:
     """One configured way of running Ansible against an inventory."""
 
@@ -93,7 +109,7 @@ class AnsibleRun:
             inventory = os.path.abspath(inventory)
         self.inventory = inventory
         try:
-            self.limit = ansible_limit(limit)
+            self.limit = ansible_limit(local_name(inventory, limit))
         except ValueError as exc:
             raise UserError(f"--limit: {exc}") from None
         self.forks, self.timeout = forks, timeout

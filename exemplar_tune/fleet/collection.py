@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
+
+from exemplar_tune.runs import state_dir
+
+DEFAULT_COLLECTIONS = ("~/.ansible/collections", "/usr/share/ansible/collections")
 
 
 def collection_root() -> Path:
@@ -27,3 +35,30 @@ def link_collection(collections_dir: Path) -> Path:
     if not link.exists():
         link.symlink_to(collection_root(), target_is_directory=True)
     return collections_dir
+
+
+def playbook_line(name: str, inventory: str, hosts: list[str]) -> str:
+    """``ansible-playbook -i INVENTORY exemplar.tune.NAME --limit HOSTS`` as a shell line
+    that runs as printed: the ``ansible-playbook`` of this Python where ``PATH`` finds
+    another or none, and ``ANSIBLE_COLLECTIONS_PATH`` naming a link to the collection in the
+    state directory where Ansible's search path (a wheel install, ``ANSIBLE_COLLECTIONS_PATH``)
+    lacks it."""
+    program = Path(sys.executable).parent / "ansible-playbook"
+    if not program.is_file() or shutil.which(program.name) == str(program):
+        program = Path(program.name)
+    line = shlex.join([str(program), "-i", inventory, f"exemplar.tune.{name}", "--limit",
+                       ",".join(hosts)])
+    searched = [*os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep),
+                *DEFAULT_COLLECTIONS, *sys.path]
+    found = f"ansible_collections/exemplar/tune/playbooks/{name}.yml"
+    if any(Path(os.path.expanduser(d), found).is_file() for d in searched if d):
+        return line
+    linked = state_dir() / "collections"
+    link = linked / "ansible_collections" / "exemplar" / "tune"
+    try:
+        if link.is_symlink() and link.resolve() != collection_root().resolve():
+            link.unlink()  # left by another checkout or install
+        link_collection(linked)
+    except OSError:
+        return line
+    return f"ANSIBLE_COLLECTIONS_PATH={shlex.quote(str(linked))} {line}"

@@ -126,7 +126,8 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
     (``{layer: {status, error}}``; empty when no layer module answered), the profile the
     layer module planned with, the host claim a module reported (``claimed_by``: the other
     controller that holds the host, or the claim a check-mode ``claim`` run read), reboot
-    flag, messages."""
+    flag (a changed knob's, or a module's own: ``restore`` staging BIOS values or putting
+    back boot-time knobs, ``pending_reboot``), messages."""
     hosts: dict[str, dict[str, Any]] = {}
     for host, result in outcome.hosts.items():
         results = _module_results(result.tasks)
@@ -135,7 +136,9 @@ def knob_results(outcome: RunOutcome) -> dict[str, dict[str, Any]]:
                  for res in results if "knob" in res and res.get("changed")]
         hosts[host] = {
             "status": result.status, "error": result.message or None,
-            "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs),
+            "changed": knobs, "reboot_required": any(k["reboot_required"] for k in knobs)
+            or any(r.get("reboot_required") is True or bool(r.get("pending_reboot"))
+                   for r in results if "knob" not in r),
             "not_applicable": [{"layer": res["layer"], "knob": res["knob"],
                                 "reason": res["not_applicable"]}
                                for res in results if "knob" in res and res.get("not_applicable")],

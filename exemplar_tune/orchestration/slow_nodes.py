@@ -21,14 +21,16 @@ method, as the keep rule; see :func:`judge`): its *slowdown* is how much longer 
 is, with an interval at ``confidence`` shared over all hosts (Bonferroni: each host's interval
 at ``1 - (1 - confidence) / N``). It is **slow** when the whole interval lies above zero and
 the slowdown is at least ``min_slowdown``. Fewer than ``MIN_RUNS`` runs per host, or fewer
-than ``MIN_HOSTS`` hosts, cannot tell.
+than ``MIN_HOSTS`` hosts, cannot tell. A host whose benchmark failed, timed out or gave no
+result is never left out silently: the measuring functions name it with why
+(:func:`lost_groups` folds them), and the command compares nothing then.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,10 +40,16 @@ from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.diagnose.steptime import parse_steps
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.ansible_run import AnsibleRun
-from exemplar_tune.fleet.hostlist import compress
+from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.fleet.inventory import inventory_hosts
 from exemplar_tune.fleet.majority import Difference, host_differences
 from exemplar_tune.fleet.playbook_runs import playbook
-from exemplar_tune.orchestration.benchmark import BenchmarkSpec, run_benchmark, value_of
+from exemplar_tune.orchestration.benchmark import (
+    BenchmarkFailed,
+    BenchmarkSpec,
+    run_benchmark,
+    value_of,
+)
 from exemplar_tune.orchestration.stats import compare
 from exemplar_tune.orchestration.tune import HOSTS_VARIABLE, _time_like
 
@@ -89,34 +97,69 @@ class HostVerdict:
 
 
 def measure(run: AnsibleRun, spec: BenchmarkSpec, hosts: list[str], runs: int,
-            log_dir: Path | None, progress: Callable[[str], None]) -> dict[str, list[float]]:
-    """``runs`` rounds of ``spec`` on each host alone; per host its time-like values."""
+            log_dir: Path | None, progress: Callable[[str], None],
+            ) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """``runs`` rounds of ``spec`` on each host alone: per host its time-like values, and
+    the hosts whose run failed, timed out or gave no measurement, with why (one line each;
+    such a host is not run again)."""
     values: dict[str, list[float]] = {h: [] for h in hosts}
+    failed: dict[str, str] = {}
     for index in range(runs):
         order = hosts[index % len(hosts):] + hosts[:index % len(hosts)]
         for position, host in enumerate(order, start=1):
+            if host in failed:
+                continue
             progress(f"{spec.name}: round {index + 1}/{runs}, host {position}/{len(hosts)}: "
                      f"{host}")
-            measured = run_benchmark(spec, env={HOSTS_VARIABLE: host},
-                                     log_dir=log_dir / host if log_dir else None,
-                                     inventory=run.limited(host))
+            try:
+                measured = run_benchmark(spec, env={HOSTS_VARIABLE: host},
+                                         log_dir=log_dir / host if log_dir else None,
+                                         inventory=run.limited(host))
+            except BenchmarkFailed as exc:
+                failed[host] = f"run {index + 1} of {runs}: {exc.reason}"
+                continue
             if measured.value <= 0:
-                raise UserError(f"benchmark {spec.name} on {host}: value {measured.value:g} "
+                failed[host] = (f"run {index + 1} of {runs}: value {measured.value:g} "
                                 f"{measured.unit} is not a measurement")
+                continue
             values[host].append(_time_like(measured.value, spec.higher_is_better))
-    return values
+    return {h: v for h, v in values.items() if h not in failed}, failed
+
+
+def unanswered(run: AnsibleRun, answered: Iterable[str], status: str | None = None,
+               ) -> dict[str, str]:
+    """The hosts of ``run`` that gave no result at all, with why: an Ansible pass stopped
+    at ``--timeout`` (runner ``status`` canceled or timeout, or not known) reports nothing
+    of the hosts still running."""
+    stopped = status in (None, "canceled", "timeout") and run.timeout
+    why = (f"no result within --timeout {run.timeout:g} s (raise it for long benchmarks)"
+           if stopped else f"no result (ansible-runner status {status})")
+    seen = set(answered)
+    return {host: why for host, _ in inventory_hosts(run) if host not in seen}
+
+
+def lost_groups(missing: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Hosts that gave no measurement, folded by why: ``[{hosts, count, reason}]``, most
+    hosts first (a host's own name in its reason written ``{host}``)."""
+    folded: dict[str, list[str]] = {}
+    for host, why in sorted(missing.items()):
+        folded.setdefault(without_host(why, host), []).append(host)
+    return [{"hosts": compress(hosts), "count": len(hosts), "reason": why}
+            for why, hosts in sorted(folded.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
 def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
     """Every host's facts and ``runs`` runs of its node benchmark, in one Ansible pass.
 
-    The hosts must all run the same kind of benchmark; a fleet where some run nccl-tests and
-    others the CPU loop is a ``UserError`` naming which ran what.
+    A host that failed, could not be reached or gave no result before the pass was stopped
+    at ``--timeout`` is in ``missing``, with why. The hosts must all run the same kind of
+    benchmark; a fleet where some run nccl-tests and others the CPU loop is a ``UserError``
+    naming which ran what.
     """
     outcome = run.playbook(Path(playbook("node_bench")), {"exemplar_node_bench_runs": runs})
     facts: dict[str, dict] = {}
     found: dict[str, tuple[str, list[dict]]] = {}
-    missing: dict[str, str] = {}
+    missing = unanswered(run, outcome.hosts, outcome.status)
     for host, result in outcome.hosts.items():
         for task in result.tasks:
             res = task["result"]
@@ -137,7 +180,8 @@ def measure_on_hosts(run: AnsibleRun, runs: int) -> NodeRuns:
         read = [node_value(kind, one, host) for one in done]
         values[host] = [value for value, _ in read]
         units.update(unit for _, unit in read)
-    measured = f"{next(iter(kinds), 'nothing')}: {', '.join(sorted(units)) or '-'}"
+    measured = (f"{next(iter(kinds))}: {', '.join(sorted(units)) or '-'}" if kinds
+                else "nothing measured")
     return NodeRuns(facts, values, missing, measured)
 
 

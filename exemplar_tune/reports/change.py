@@ -17,9 +17,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    LAYER_NAMES,
+    registered_knobs,
+)
 
 from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.profile import AUTO
 from exemplar_tune.reports.preflight import fold_reasons
 
 FILES_SHOWN = 4  # per group without --diff; the rest is counted
@@ -136,7 +140,7 @@ def apply_lines(doc: dict[str, Any], diff: bool) -> list[str]:
     """``apply`` as text: one line per group of hosts with the same changes (a host's own
     name in them written ``{host}``)."""
     verb = "would change" if doc["check"] else "changed"
-    head = f"apply {doc['layer']} (profile {doc['profile']})"
+    head = f"apply {doc['layer']} (profile {profile_text(doc)})"
     lines = [head + ("" if doc["check"] else f", experiment {doc['experiment']}")]
     folded: dict[str, list[str]] = {}
     ok = {h: d for h, d in doc["hosts"].items() if d["status"] != "failed"}
@@ -154,9 +158,27 @@ def apply_lines(doc: dict[str, Any], diff: bool) -> list[str]:
             lines += [line for k in knobs for c in k["changes"] for line in change_lines(c, True)]
     failed = {h: d["error"] for h, d in doc["hosts"].items() if d["status"] == "failed"}
     lines += problem_lines({"failed": failed, "unreachable": doc["unreachable"]})
-    if not doc["check"]:
-        lines.append(f"undo with: exemplar-tune restore --run {doc['experiment']}")
+    if doc.get("undo"):
+        lines.append(f"undo with: {doc['undo']}")
     return lines
+
+
+def profile_text(doc: dict[str, Any]) -> str:
+    """The profile asked for, and with ``auto`` the profiles the hosts chose:
+    ``auto (gb200-grace)``, ``auto (no host answered)``; never an empty list."""
+    if doc["profile"] != AUTO:
+        return doc["profile"]
+    chosen = sorted({d["profile"] for d in doc["hosts"].values() if d.get("profile")})
+    if chosen:
+        return f"auto ({', '.join(chosen)})"
+    return "auto (no host answered)" if not doc["hosts"] else "auto (no host chose one)"
+
+
+def boot_time(knob: dict[str, Any]) -> bool:
+    """Whether a knob change (``{layer, knob, reboot_required}``, as recorded) takes effect
+    only at the next boot: reported so, or a knob registered with ``reboot``."""
+    registered = registered_knobs().get(f"{knob.get('layer')}.{knob.get('knob')}")
+    return bool(knob.get("reboot_required") or (registered and registered.reboot))
 
 
 def problem_lines(doc: dict[str, Any]) -> list[str]:

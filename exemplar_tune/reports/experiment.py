@@ -12,11 +12,14 @@ scripts, no external resources.
 from __future__ import annotations
 
 import difflib
+import json
 import statistics
 from typing import Any
 
-from exemplar_tune.fleet.hostlist import compress
+from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.ledger import NOT_RESTORED, RESTORED
 from exemplar_tune.reports import charts as run_charts
+from exemplar_tune.reports.change import boot_time, change_lines, problem_lines
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made, made_line
 
@@ -87,6 +90,79 @@ def markdown(doc: dict[str, Any]) -> str:
     out += [f"- {layer} / {shape}: {change:+.2%}" for layer, shape, change in
             kept_effects(doc)] or ["No layer was kept."]
     return "\n".join(out) + "\n"
+
+
+def show_lines(doc: dict[str, Any]) -> list[str]:
+    """``exemplar-tune show`` as text: the experiment; per layer its status, the hosts that
+    changed it with their knobs (before -> after as recorded, boot-time changes marked;
+    hosts with the same changes folded), the hosts it failed on or could not reach, and
+    where a restore put it back or not; then the decisions."""
+    exp = doc["experiment"]
+    lines = [f"{exp['id']} ({exp['kind']}, {exp['status']}), profile {exp['profile_name']}"]
+    for layer in doc["layers"]:
+        lines.append(f"  {layer['layer']:<8} {layer['status']}")
+        lines += [f"    {line}" for line in layer_host_lines(
+            [row for row in doc["hosts"] if row["layer"] == layer["layer"]])]
+    lines += [f"  {d['layer']}: {d['action']}: {d['reason']}" for d in doc["decisions"]]
+    return lines
+
+
+def layer_host_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One layer's host rows (in recorded order) as text: per host its newest change, the
+    failure of its newest change run, and its newest restore since that change."""
+    changed: dict[str, list[dict[str, Any]]] = {}
+    broken: dict[str, dict[str, str]] = {"failed": {}, "unreachable": {}}
+    restores: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        host = row["host"]
+        if row["status"] in (RESTORED, NOT_RESTORED):
+            restores[host] = row
+            continue
+        if row["changed"]:
+            changed[host] = row["changed"]
+            restores.pop(host, None)
+        for kind, hosts in broken.items():
+            hosts.pop(host, None)
+            if row["status"] == kind:
+                hosts[host] = row["error"] or kind
+    total = len({row["host"] for row in rows})
+    lines = _change_lines(changed, total)
+    lines += [line[2:] for line in problem_lines(broken)]
+    return lines + _restore_lines(restores, changed)
+
+
+def _change_lines(changed: dict[str, list[dict[str, Any]]], total: int) -> list[str]:
+    """Hosts with the same changes folded, most hosts first, each change's lines after."""
+    folded: dict[str, list[str]] = {}
+    for host, knobs in sorted(changed.items()):
+        folded.setdefault(without_host(json.dumps(knobs, sort_keys=True), host), []).append(host)
+    lines = []
+    for key, hosts in sorted(folded.items(), key=lambda kv: (-len(kv[1]), kv[1])):
+        knobs = json.loads(key)
+        names = ", ".join(dict.fromkeys(k["knob"] for k in knobs))
+        reboot = "; REBOOT REQUIRED to take effect" if any(map(boot_time, knobs)) else ""
+        lines.append(f"{compress(hosts)} ({len(hosts)}/{total}): changed {names}{reboot}")
+        lines += [line[4:] for k in knobs for c in k.get("changes") or []
+                  for line in change_lines(c, False)]
+    return lines
+
+
+def _restore_lines(restores: dict[str, dict[str, Any]],
+                   changed: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where the newest restore put the layer back (boot-time changes: at the next boot),
+    and where not, folded by the reason."""
+    done = sorted(h for h, row in restores.items() if row["status"] == RESTORED)
+    lines = []
+    if done:
+        at = max(restores[h]["recorded_at"] for h in done)[:19] + "Z"
+        boot = [h for h in done if any(map(boot_time, changed.get(h, [])))]
+        lines.append(f"restored on {compress(done)} ({at})" + (
+            f"; boot-time: in effect after the next boot of {compress(boot)}" if boot else ""))
+    missed: dict[str, list[str]] = {}
+    for host, row in sorted(restores.items()):
+        if row["status"] == NOT_RESTORED:
+            missed.setdefault(row["error"] or "not restored", []).append(host)
+    return lines + [f"NOT RESTORED {compress(hosts)}: {why}" for why, hosts in missed.items()]
 
 
 def run_values(doc: dict[str, Any]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:

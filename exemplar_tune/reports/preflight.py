@@ -8,14 +8,19 @@ import sys
 from collections import Counter
 from typing import Any
 
+from exemplar_tune.checks.base import NOT_APPLICABLE, UNKNOWN
 from exemplar_tune.fleet.hostlist import compress, without_host
 from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made_line
+from exemplar_tune.verdict import HOST_CLASSES
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
-COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m"}
+COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m",
+          "unknown": "\033[35m"}
 RESET = "\033[0m"
+# A skipped result as its class names it (what the headline counts).
+SKIP_SYMBOL = {NOT_APPLICABLE: "n/a", UNKNOWN: "UNKN"}
 
 
 def use_colour(stream: Any = sys.stdout) -> bool:
@@ -38,24 +43,47 @@ def _json(value: Any) -> str:
 
 
 def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> str:
-    """The fleet view (one line per check and finding, hosts folded), then with ``details``
-    or a single host each host's checks by layer; unreachable hosts folded by reason."""
+    """The headline (profile, host verdicts, check counts), the fleet view (one line per
+    check and finding, hosts folded), then with ``details`` or a single host each host's
+    verdict, next action and checks by layer; unreachable hosts folded by reason."""
     paint = (lambda s, t: f"{COLOUR[s]}{t}{RESET}") if colour else (lambda s, t: t)
-    counts = Counter(data["status"] for data in doc["hosts"].values())
-    head = f"profile {doc['profile']}; {len(doc['hosts'])} host(s) checked"
-    if len(doc["hosts"]) > 1:
-        head += ": " + ", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "pass") if counts[s])
-    lines = [head + (f", {len(doc['unreachable'])} unreachable" if doc["unreachable"] else "")]
-    lines += _profile_lines(doc)
+    lines = headline(doc) + _profile_lines(doc)
     if len(doc["hosts"]) > 1:
         lines += _fleet_lines(doc, paint)
     if len(doc["hosts"]) == 1 or details:
         for host, data in sorted(doc["hosts"].items()):
-            lines.append(f"\n### {host}: {paint(data['status'], data['status'].upper())}")
+            verdict = doc["verdicts"][host]
+            status = paint(_paint_key(data["status"]), data["status"].upper())
+            lines.append(f"\n### {host}: {status} ({_klass(verdict)})")
+            lines += [f"  {line}" for line in verdict_lines(verdict)]
             lines += _host_lines(data["results"], paint)
     for reason, hosts in fold_reasons(doc["unreachable"]).items():
-        lines.append(f"\n### {compress(hosts)}: UNREACHABLE: {reason}")
+        lines.append(f"\n### {compress(hosts)}: UNREACHABLE (unknown): {reason}")
     return "\n".join(lines)
+
+
+def headline(doc: dict[str, Any]) -> list[str]:
+    """The profile chosen, the hosts by verdict and the checks by outcome, e.g.
+    ``profile h100-x86; 8 host(s): 1 health, 7 tuning; checks: 2 fail, 9 warn, ...``."""
+    classes = Counter(v["class"] for v in doc["verdicts"].values())
+    hosts = ", ".join(f"{classes[c]} {c}" for c in HOST_CLASSES if classes[c])
+    checks = ", ".join(f"{n} {k}" for k, n in doc["summary"].items())
+    return [f"profile {doc['profile']}; {len(doc['verdicts'])} host(s): {hosts or 'none'}; "
+            f"checks: {checks}"]
+
+
+def verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """A verdict's reason and its actions, ``next: KIND: COMMAND`` (or its detail)."""
+    lines = [f"why:  {verdict['reason']}"] if verdict["reason"] else []
+    for step in verdict["actions"]:
+        if step["kind"] != "none" or len(verdict["actions"]) > 1:
+            lines.append(f"next: {step['kind']}: {step.get('command') or step.get('detail', '')}"
+                         .rstrip(": "))
+    return lines or ["next: none"]
+
+
+def _paint_key(status: str) -> str:
+    return status if status in COLOUR else "unknown"
 
 
 def _profile_lines(doc: dict[str, Any]) -> list[str]:
@@ -82,10 +110,15 @@ def _fleet_lines(doc: dict[str, Any], paint: Any) -> list[str]:
     lines = []
     for g in doc["groups"]:
         lines.append(f"  {paint(g['status'], SYMBOL[g['status']]):<4}  {g['id']}  "
-                     f"{g['count']}/{g['total']} hosts  {g['hostlist']}")
+                     f"{g['count']}/{g['total']} hosts  {g['hostlist']}  ({_klass(g)})")
         lines.append(f"        {g['detail']}")
         lines.append(f"        {finding_text(g['observed'], g['expected'])}")
+        lines += [f"        {line}" for line in verdict_lines({"reason": "", **g})]
     return lines
+
+
+def _klass(result: dict[str, Any]) -> str:
+    return result["class"] + (", pending reboot" if result.get("pending_reboot") else "")
 
 
 def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
@@ -94,26 +127,29 @@ def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
         if r["layer"] != layer:
             layer = r["layer"]
             lines.append(f"== {layer}")
-        lines.append(f"  {paint(r['status'], SYMBOL[r['status']]):<4}  {r['id']}: {r['detail']}")
-        if r["status"] in ("fail", "warn"):
-            lines.append(f"        {finding_text(r['observed'], r['expected'])}")
+        symbol = SKIP_SYMBOL.get(r["class"], "skip") if r["status"] == "skip" else SYMBOL[
+            r["status"]]
+        key = "unknown" if r["class"] == UNKNOWN else r["status"]
+        lines.append(f"  {paint(key, symbol):<4}  {r['id']}: {r['detail']}")
+        if r["status"] in ("fail", "warn") or r.get("pending_reboot"):
+            lines.append(f"        {_klass(r)}; {finding_text(r['observed'], r['expected'])}")
             lines += [f"        evidence {e}" for e in r["evidence"]]
             lines.append(f"        risk: {r['risk']}")
-            knob = f" [knob {r['knob']}]" if r["knob"] else ""
-            lines.append(f"        fix:  {r['fix']}{knob}")
+            lines += [f"        {line}" for line in verdict_lines({"reason": "", **r})]
     return lines
 
 
 def markdown(doc: dict[str, Any]) -> str:
     """A Markdown report: the fleet summary, then each layer's findings with their hosts
     folded (as the HTML page)."""
-    out = [f"# exemplar-tune preflight ({doc['profile']})", ""]
+    out = [f"# exemplar-tune preflight ({doc['profile']})", "", headline(doc)[0], ""]
     if doc.get("made"):
-        out += [made_line(doc["made"]) + f"; {len(doc['hosts'])} host(s) checked", ""]
+        out += [made_line(doc["made"]), ""]
     if doc["groups"]:
-        out += ["| status | check | hosts | which | fix |", "|---|---|---|---|---|"]
-        out += [f"| {g['status']} | `{g['id']}` | {g['count']}/{g['total']} | {g['hostlist']} | "
-                f"{_md(g['fix'])} |" for g in doc["groups"]]
+        out += ["| status | class | check | hosts | which | next |", "|---|---|---|---|---|---|"]
+        out += [f"| {g['status']} | {_klass(g)} | `{g['id']}` | {g['count']}/{g['total']} | "
+                f"{g['hostlist']} | {_md('; '.join(verdict_lines({'reason': '', **g})))} |"
+                for g in doc["groups"]]
     else:
         out.append("No failing or warning check.")
     for section in layer_sections(doc):
@@ -121,7 +157,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += [f"- **{g['status']}** `{g['id']}` on {g['hostlist']} ({g['count']}/"
                 f"{g['total']}): {_md(g['detail'])}; evidence: {_md(', '.join(g['evidence']))}"
                 for g in section["findings"]]
-        out += [f"- skip `{k['id']}` on {k['hostlist']}: {_md(k['detail'])}"
+        out += [f"- {k['symbol']} `{k['id']}` on {k['hostlist']}: {_md(k['detail'])}"
                 for k in section["skipped"]]
         if section["passed"]:
             out.append("- pass everywhere: " + ", ".join(f"`{c}`" for c in section["passed"]))
@@ -155,14 +191,16 @@ def layer_sections(doc: dict[str, Any]) -> list[dict[str, Any]]:
         sections[group["layer"]]["findings"].append(dict(
             group, observed=value_text(group["observed"]),
             expected=value_text(group["expected"])))
-    skipped: dict[tuple[str, str, str], list[str]] = {}
+    skipped: dict[tuple[str, str, str, str], list[str]] = {}
     for host, data in doc["hosts"].items():
         for r in data["results"]:
             if r["status"] == "skip":
-                skipped.setdefault((r["layer"], r["id"], without_host(r["detail"], host)),
-                                   []).append(host)
-    for (layer, check, detail), hosts in skipped.items():
-        sections[layer]["skipped"].append({"id": check, "detail": detail,
+                skipped.setdefault((r["layer"], r["id"], r["class"],
+                                    without_host(r["detail"], host)), []).append(host)
+    for (layer, check, klass, detail), hosts in sorted(skipped.items(),
+                                                        key=lambda kv: kv[0][2] != UNKNOWN):
+        sections[layer]["skipped"].append({"id": check, "detail": detail, "class": klass,
+                                           "symbol": SKIP_SYMBOL[klass],
                                            "hostlist": compress(hosts), "count": len(hosts)})
     layer_of = {r["id"]: r["layer"] for data in doc["hosts"].values() for r in data["results"]}
     for check in passed_everywhere(doc):
@@ -188,8 +226,4 @@ def html_report(doc: dict[str, Any]) -> str:
                   made=made_line(doc["made"]) if doc.get("made") else "",
                   unreachable=[(compress(hosts), reason) for reason, hosts in
                                fold_reasons(doc["unreachable"]).items()],
-                  summary=", ".join(f"{count} {status}" for status, count in
-                                    sorted(doc["summary"].items(), key=lambda kv: _RANK[kv[0]])))
-
-
-_RANK = {status: rank for rank, status in enumerate(SYMBOL)}
+                  summary=headline(doc)[0])

@@ -3,17 +3,28 @@ collector (continuous drift monitoring; the alert rules in ``monitoring/`` read 
 
 Series (every one a gauge):
 
-* ``exemplar_tune_check_status{host, layer, check, severity}``: 0 pass, 1 warn, 2 fail
-  (skipped checks are left out);
-* ``exemplar_tune_knob_drift{host, layer, knob}``: 1 when the host differs from the profile's
-  target for that knob, 0 when it does not (audit; every knob of the layers audited on that
-  host, except the knobs that do not apply to it);
+* ``exemplar_tune_check_status{host, layer, check, severity, class, pending_reboot}``: 0 pass,
+  1 warn, 2 fail; ``class`` is ``health`` or ``tuning`` (``exemplar_tune.verdict``);
+  ``pending_reboot`` ``true`` where the fix was applied and waits for a reboot;
+* ``exemplar_tune_check_unknown{host, layer, check, severity}``: 1 for a check that applies
+  but could not be judged (checks that do not apply are left out);
+* ``exemplar_tune_host_verdict{host, command, class, action, pending_reboot, next}``: 1, one
+  series per host: its one verdict (``ok``, ``health``, ``tuning``, ``not_applicable`` or
+  ``unknown``), the kind of its first action and, in ``next``, that action's command line
+  (what the alert rules print);
+* ``exemplar_tune_knob_drift{host, layer, knob, profile, inventory}``: 1 when the host
+  differs from the profile's target for that knob, 0 when it does not (audit; every knob of
+  the layers audited on that host, except the knobs that do not apply to it); ``profile`` is
+  the profile asked for and
+  ``inventory`` the inventory given (left out for a local run), so that the alert's remedy
+  names them;
 * ``exemplar_tune_knob_not_applicable{host, layer, knob}``: 1 for a knob that does not apply
   to the host (no bootloader configuration ...);
-* with ``preflight --record``, ``exemplar_tune_check_repeat_failures{host, check}``: how
-  often the check failed in the host's last recorded preflights (the profile's
+* with ``preflight --record``, ``exemplar_tune_check_repeat_failures{host, check, class}``:
+  how often the check failed in the host's last recorded preflights (the profile's
   ``offenders.runs`` within ``offenders.days``), and ``exemplar_tune_repeat_offender{host,
-  check}`` (1) where that reaches ``offenders.failures``;
+  check, class}`` (1) where that reaches ``offenders.failures``; only health checks are
+  offenders by default (``offenders --include-tuning``);
 * ``exemplar_tune_layer_status{host, layer, command, status}``: 1, one series per host and
   layer, the state in ``status``: ``checked`` or ``not_checked`` (preflight: every check of
   the layer skipped, or not run after a failing layer), ``drift``, ``no_drift`` or
@@ -55,12 +66,15 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES, get_layer
 
 from exemplar_tune import __version__
+from exemplar_tune.checks.base import check_class
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import output_file
 
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2}
 _HELP = {
     "exemplar_tune_check_status": "Preflight check outcome: 0 pass, 1 warn, 2 fail.",
+    "exemplar_tune_check_unknown": "1 for a preflight check that could not be judged.",
+    "exemplar_tune_host_verdict": "1 for the host's verdict (class) and its first action.",
     "exemplar_tune_knob_drift": "1 when the host differs from the profile's target for a knob.",
     "exemplar_tune_knob_not_applicable": "1 for a knob that does not apply to the host.",
     "exemplar_tune_check_repeat_failures": "Failures of the check in the host's last "
@@ -136,26 +150,44 @@ def preflight_text(doc: Mapping[str, Any], now: float | None = None) -> str:
         label = host_label(host)
         checked = set()
         for check in result["results"]:
+            labels = {"host": label, "layer": check["layer"], "check": check["id"],
+                      "severity": check["severity"]}
             if check["status"] in STATUS_VALUE:
                 checked.add(check["layer"])
                 samples.append(("exemplar_tune_check_status",
-                                {"host": label, "layer": check["layer"], "check": check["id"],
-                                 "severity": check["severity"]},
+                                {**labels, "class": check["class"],
+                                 "pending_reboot": str(check["pending_reboot"]).lower()},
                                 STATUS_VALUE[check["status"]]))
+            elif check["class"] == "unknown":
+                samples.append(("exemplar_tune_check_unknown", labels, 1))
         samples += [("exemplar_tune_layer_status", {
             "host": label, "layer": layer, "command": "preflight",
             "status": "checked" if layer in checked else "not_checked"}, 1) for layer in layers]
     for host, checks in sorted((doc.get("repeat_failures") or {}).items()):
         offending = set((doc.get("repeat_offenders") or {}).get(host) or ())
         for check, failures in sorted(checks.items()):
-            labels = {"host": host_label(host), "check": check}
+            labels = {"host": host_label(host), "check": check, "class": check_class(check)}
             samples.append(("exemplar_tune_check_repeat_failures", labels, failures))
             if check in offending:
                 samples.append(("exemplar_tune_repeat_offender", labels, 1))
+    samples += verdict_samples("preflight", doc["verdicts"])
     samples += _hosts("preflight", {**dict.fromkeys(doc["hosts"], "ok"),
                                     **dict.fromkeys(doc.get("unreachable") or {},
                                                     "unreachable")})
     return _text(samples)
+
+
+def verdict_samples(command: str, verdicts: Mapping[str, Mapping[str, Any]]
+                    ) -> list[tuple[str, dict, float]]:
+    """One ``exemplar_tune_host_verdict`` series per host."""
+    out = []
+    for host, verdict in sorted(verdicts.items()):
+        first = verdict["actions"][0] if verdict["actions"] else {"kind": "none"}
+        out.append(("exemplar_tune_host_verdict", {
+            "host": host_label(host), "command": command, "class": verdict["class"],
+            "action": first["kind"], "pending_reboot": str(verdict["pending_reboot"]).lower(),
+            "next": first.get("command") or first.get("detail") or first["kind"]}, 1))
+    return out
 
 
 def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = None) -> str:
@@ -163,6 +195,9 @@ def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = No
     ``layers``' state on each host that answered, and the drift of every knob of the layers
     that were audited."""
     samples = _run("audit", doc["profile"], now)
+    target = doc.get("target") or {}
+    asked = {"profile": target.get("profile") or "auto",
+             **({"inventory": target["inventory"]} if target.get("inventory") else {})}
     for host, data in sorted(doc["hosts"].items()):
         label = host_label(host)
         drifting = {(k["layer"], k["knob"]) for k in data.get("changed") or []}
@@ -177,8 +212,9 @@ def audit_text(doc: Mapping[str, Any], layers: list[str], now: float | None = No
                 if (layer, knob.name) in absent:
                     samples.append(("exemplar_tune_knob_not_applicable", labels, 1))
                 else:
-                    samples.append(("exemplar_tune_knob_drift", labels,
+                    samples.append(("exemplar_tune_knob_drift", {**labels, **asked},
                                     int((layer, knob.name) in drifting)))
+    samples += verdict_samples("audit", doc.get("verdicts") or {})
     samples += _hosts("audit", {**dict.fromkeys(doc["hosts"], "ok"),
                                 **dict.fromkeys(doc.get("failed") or {}, "failed"),
                        **dict.fromkeys(doc.get("unreachable") or {}, "unreachable")})
@@ -197,6 +233,7 @@ def slow_nodes_text(doc: Mapping[str, Any], now: float | None = None) -> str:
                     ("exemplar_tune_node_slow", label, int(host["slow"]))]
         samples += [("exemplar_tune_node_differs", {**label, "fact": fact}, 1)
                     for fact in dict.fromkeys(d.partition("=")[0] for d in host["differs"])]
+    samples += verdict_samples("slow-nodes", doc.get("verdicts") or {})
     samples += _hosts("slow-nodes", {h["host"]: "ok" for h in doc["hosts"]})
     return _text(samples)
 

@@ -13,6 +13,9 @@
 * CMDQV (a Grace host with the ``NVDA200C`` device and ``CONFIG_TEGRA241_CMDQV``): the
   ``arm_smmu_v3`` parameters, the driver's kernel-log lines and the ``tegra241-cmdqv`` interrupt,
   as the driver's probe leaves them with that command line;
+* ``/proc/sys/kernel/random/boot_id``: a new random boot id (the kernel's format), so what
+  waited for this boot (the pending-reboot record) is seen as done; :func:`new_boot_id` gives
+  a host built outside a boot its first one;
 * ``.exemplar/sim/boots`` counts the boots.
 
 Runtime settings written under ``/sys`` and ``/proc`` are kept: the roles persist every
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import uuid
 from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import (
@@ -42,12 +46,14 @@ IRQ_LINE = ("  24:          0          0          0          0          0       
             "          0  GICv3  89 Level       tegra241-cmdqv\n")
 TRUE_WORDS = ("", "1", "y", "Y", "true", "on")
 GRUB_CFG = "boot/grub/grub.cfg"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
 
 
 def boot(root: Path) -> str:
     """Boot the host tree at ``root``; returns the new command line."""
     cmdline = _cmdline(root)
     (root / "proc/cmdline").write_text(cmdline + "\n")
+    new_boot_id(root)
     if (root / "sys/bus/acpi/devices/NVDA200C:00").exists():
         _probe_cmdqv(root, cmdline.split())
     counter = root / ".exemplar/sim/boots"
@@ -55,6 +61,16 @@ def boot(root: Path) -> str:
     boots = int(counter.read_text()) if counter.exists() else 0
     counter.write_text(f"{boots + 1}\n")
     return cmdline
+
+
+def new_boot_id(root: Path) -> str:
+    """Write a fresh boot id into the host tree at ``root``, as the kernel makes one at every
+    boot (a random UUID, lowercase, with a newline); returns it."""
+    boot_id = str(uuid.uuid4())
+    path = root / BOOT_ID
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(boot_id + "\n")
+    return boot_id
 
 
 def mkconfig(root: Path) -> Path:

@@ -29,6 +29,7 @@ import yaml
 
 from exemplar_tune.profile import load_profile
 from exemplar_tune.sim.boot import boot, mkconfig
+from exemplar_tune.sim.captures import imex_domains
 from exemplar_tune.sim.hosts import build_host
 from exemplar_tune.sim.model import is_collective, load_scenario, reference
 
@@ -69,9 +70,10 @@ def create_cluster(directory: Path, scenario_name: str, *, hosts: int | None = N
 def _build(directory: Path, scenario: dict[str, Any], names: list[str],
            host_faults: dict[str, list[str]]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
+    domains = imex_domains(names)  # the racks: where the GPUs share an NVLink domain
     for name in names:
         faults = list(dict.fromkeys([*scenario["faults"], *host_faults.get(name, [])]))
-        host = build_host(scenario["base"], faults, directory / "hosts" / name)
+        host = build_host(scenario["base"], faults, directory / "hosts" / name, domains[name])
         mkconfig(host)
         boot(host)
     (directory / "state").mkdir()

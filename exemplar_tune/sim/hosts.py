@@ -3,7 +3,9 @@
 ``trees/<base>.tar.gz`` are the test suite's fixture sysroots packed into the package
 (``healthy-h100``: an x86 H100 node tuned as the reference; ``gb200-grace-vm``: a Grace KVM
 guest). :func:`build_host` unpacks one, turns the Grace guest into a bare-metal GB300 node whose
-kernel and firmware can run CMDQV (:func:`make_gb300`), then writes the scenario's *faults*, each a
+kernel and firmware can run CMDQV (:func:`make_gb300`), writes the command outputs a real node
+answers, consistent with its hardware and healthy (NVLink, IMEX, GPU-NIC topology, PCIe paths,
+the driver: :mod:`exemplar_tune.sim.captures`), then writes the scenario's *faults*, each a
 reported cause of the gap as the kernel would show it. :mod:`exemplar_tune.sim.boot` derives
 the boot-time state (command line, CMDQV probe) at the end, as a boot would.
 """
@@ -16,6 +18,8 @@ import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+
+from exemplar_tune.sim.captures import write_captures
 
 TREES = Path(__file__).with_name("trees")
 BASES = {"h100": "healthy-h100", "grace": "gb200-grace-vm"}
@@ -33,8 +37,11 @@ GB300_DMI = {"sys_vendor": "NVIDIA", "product_name": "GB300 NVL72 Compute Tray",
              "chassis_vendor": "NVIDIA", "chassis_version": "A1"}
 
 
-def build_host(base: str, faults: list[str], dest: Path) -> Path:
-    """Unpack ``base`` into ``dest`` and write ``faults`` into it; returns ``dest``."""
+def build_host(base: str, faults: list[str], dest: Path,
+               imex_domain: list[str] | None = None) -> Path:
+    """Unpack ``base`` into ``dest`` and write ``faults`` into it; returns ``dest``.
+    ``imex_domain``: the addresses of the host's IMEX domain (its rack) where its GPUs are in
+    a multi-node NVLink domain (default: the host alone)."""
     if base not in BASES:
         raise ValueError(f"unknown base tree {base!r} (known: {', '.join(BASES)})")
     unknown = [name for name in faults if name not in FAULTS]
@@ -48,6 +55,9 @@ def build_host(base: str, faults: list[str], dest: Path) -> Path:
     if base == "grace":
         make_gb300(dest)
     _write_hcas(dest, *HCAS[base])
+    # a GB200 tray's nvidia-smi topo -m lists no NIC (NVIDIA/k8s-test-infra#371): the GPUs reach
+    # the NICs over C2C and Grace, never behind a PCIe switch (see exemplar_tune.sim.captures)
+    write_captures(dest, imex_domain=imex_domain, nics=base != "grace")
     for name in faults:
         FAULTS[name](dest)
     return dest

@@ -1,9 +1,11 @@
 """Fleet-wide drain and resume from a preflight result.
 
 ``exemplar-tune slurm drain --failing RESULT.json`` drains the Slurm node of every host whose
-preflight failed, with ``Reason=exemplar:<its first failing check id>`` (the first in preflight
-order); ``exemplar-tune slurm resume`` resumes the nodes drained with an ``exemplar:`` reason
-(by this command or by the prolog gate), optionally only some (``--nodes``). A node drained
+preflight failed, with ``Reason=exemplar:health:<its first failing check id>`` (the first in
+preflight order, as the prolog gate words it); ``exemplar-tune slurm resume`` resumes the nodes
+drained with an ``exemplar:`` reason (by this command, the prolog gate or the health check)
+without checking them (``slurm undrain`` checks them first), optionally only some
+(``--nodes``). A node drained
 for another reason is left alone: its reason is somebody else's record. Hosts map to nodes
 through the inventory (``exemplar_slurm_node``, default the host name). Nodes that share a
 reason are updated in one ``scontrol update`` (argv). ``--dry-run`` prints the commands.
@@ -17,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exemplar_tune.checks.base import makes_unfit
+from exemplar_tune.checks.base import HEALTH, makes_unfit
 from exemplar_tune.errors import UserError
 from exemplar_tune.slurm.commands import SlurmError, run_client
-from exemplar_tune.slurm.prolog import REASON_PREFIX
+from exemplar_tune.slurm.gate import REASON_PREFIX
 from exemplar_tune.slurm.records import NodeRecord, parse_nodes
 
 
@@ -64,7 +66,7 @@ def plan_drain(failing: Mapping[str, str], host_nodes: Mapping[str, str],
     """Drain commands for the failing hosts; ``nodes`` None: states unknown (dry run)."""
     plan, by_reason = Plan(), {}
     for host, check_id in sorted(failing.items()):
-        node, reason = host_nodes.get(host, host), f"{REASON_PREFIX}{check_id}"
+        node, reason = host_nodes.get(host, host), f"{REASON_PREFIX}{HEALTH}:{check_id}"
         where = node if node == host else f"{node} (host {host})"
         record = None if nodes is None else nodes.get(node)
         if nodes is not None and record is None:

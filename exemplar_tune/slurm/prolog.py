@@ -3,18 +3,27 @@
 slurmd runs the prolog as root on each allocated node with ``SLURMD_NODENAME``,
 ``SLURM_JOB_ID``, ``SLURM_JOB_*`` and ``SLURM_CONF`` set (and no ``PATH``: the installed
 script sets one). The facts are read in this process, without Ansible (live ``/``, or
-``--sysroot`` where ``%n`` stands for the node name), the checks run, and:
+``--sysroot`` where ``%n`` stands for the node name), the checks run, and the gate rule of
+:mod:`exemplar_tune.slurm.gate` decides. Output, one line each on stdout (slurmd logs a
+failed prolog's output): every failing check (``FAIL <id>: <detail>``, with ``(tuning, not
+draining)`` or ``(severity ..., below --drain-at ...)`` when it does not make the node
+unfit), then the node's verdict and its first action, then what the gate did:
 
-* no check that makes the node unfit (a failing health check of ``--drain-at`` severity or
-  worse, ``checks.base.makes_unfit``): exit 0 and the job starts; failing tuning preferences
-  are printed (``FAIL ... (tuning, not draining)``) and never drain;
-* a check that makes it unfit: one line per failing check on stdout (slurmd logs a failed
-  prolog's output), then ``scontrol update NodeName=$SLURMD_NODENAME State=DRAIN
-  Reason=exemplar:<first unfit check id>`` (argv), then exit 1. Slurm 22.05 keeps a reason
+* the node passes (tuning findings at most): ``pass (0.31 s)``, exit 0, the job starts;
+* a failing health check makes it unfit: ``scontrol update NodeName=$SLURMD_NODENAME
+  State=DRAIN Reason=exemplar:health:<check id>`` (argv), exit 1. Slurm 22.05 keeps a reason
   set by the prolog (it would otherwise write "Prolog error"), requeues and holds a batch job
   and fails an interactive one;
-* the gate itself cannot run (bad profile, unreadable sysroot): drained with
-  ``Reason=exemplar:prolog-error``, exit 2 -- a gate fails closed.
+* the node could not be read (verdict unknown: an empty, missing or unreadable tree):
+  ``Reason=exemplar:unknown:<short reason>``, exit 2 -- a gate fails closed;
+* the gate itself cannot run (bad profile or layer): drained with
+  ``Reason=exemplar:prolog-error``, exit 2.
+
+With ``--slurm-action reserve`` an unfit node gets the maintenance reservation
+``exemplar-<node>`` instead of a drain, and this job is requeued (a batch job) or cancelled
+(an interactive one, which Slurm cannot requeue); the prolog then exits 0, because a failed
+prolog makes slurmd drain the node ("Prolog error"). When neither the reservation nor the
+requeue or cancel works, the gate drains as above (it fails closed).
 """
 
 from __future__ import annotations
@@ -22,27 +31,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
-    LAYER_NAMES,
     LAYERS,
     UnknownLayer,
-    gather_facts,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
-from exemplar_tune.checks.base import FAIL, makes_unfit
+from exemplar_tune.checks.base import FAIL, UNKNOWN, makes_unfit
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UserError
-from exemplar_tune.facts import facts_from_sysroot
-from exemplar_tune.preflight import preflight_hosts
-from exemplar_tune.profile import host_profiles
-from exemplar_tune.slurm.commands import SlurmError, program, run_client
+from exemplar_tune.slurm import gate
+from exemplar_tune.slurm.commands import SlurmError
+from exemplar_tune.slurm.gate import REASON_PREFIX
+from exemplar_tune.slurm.nodecheck import NodeCheck, read_node, sysroot_of
 
-REASON_PREFIX = "exemplar:"
+__all__ = ["REASON_PREFIX", "run_prolog"]  # REASON_PREFIX: nodes.py's and older imports
+
 ERROR_REASON = f"{REASON_PREFIX}prolog-error"
 HOST_LAYERS = [layer.name for layer in LAYERS if layer.reads_host]  # read on the node
 
@@ -56,6 +62,7 @@ class JobContext:
     user: str | None
     partition: str | None
     nodelist: str | None
+    mode: str = "prolog"
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> JobContext:
@@ -66,85 +73,111 @@ class JobContext:
 
     @property
     def label(self) -> str:
-        """``node3 job 12`` (what each output line starts with)."""
+        """``node3 job 12`` (what each output line starts with, after the mode)."""
+        if self.mode != "prolog":
+            return self.node or "(no node name)"
         return f"{self.node or '(not in a prolog)'} job {self.job_id or '-'}"
+
+    def say(self, text: str) -> None:
+        """Print ``exemplar-tune <mode> <label>: <text>`` (one line, flushed)."""
+        print(f"exemplar-tune {self.mode} {self.label}: {text}", flush=True)
 
 
 def run_prolog(args: argparse.Namespace) -> int:
-    """The gate: check this node, drain it and exit non-zero when a check fails."""
+    """The gate: check this node; take it out of service and fail when it is unfit."""
     context = JobContext.from_environ(os.environ)
-    start = time.monotonic()
     try:
-        _refuse_fleet_options(args)
-        doc = check_node(context, args)
+        refuse_fleet_options(args, "--slurm-prolog")
+        checked = check_node(context.node or "localhost", args)
     except (UserError, UnknownLayer) as exc:
-        print(f"exemplar-tune prolog {context.label}: error: {exc}", flush=True)
+        context.say(f"error: {exc}")
         drain_self(context, ERROR_REASON)
         return EXIT_USAGE
-    failing = [r for r in next(iter(doc["hosts"].values()))["results"] if r["status"] == FAIL]
-    unfit = [r for r in failing if makes_unfit(r, args.drain_at)]
-    seconds = time.monotonic() - start
-    if args.output:
-        _write(args.output, doc)
-    for result in failing:
-        kept = "" if result in unfit else (
-            " (tuning, not draining)" if not result["health"] else
-            f" (severity {result['severity']}, below --drain-at {args.drain_at}: not draining)")
-        print(f"exemplar-tune prolog {context.label}: FAIL {result['id']}: "
-              f"{result['detail']}{kept}", flush=True)
-    if not unfit:
-        print(f"exemplar-tune prolog {context.label}: pass ({seconds:.2f} s)", flush=True)
+    if args.output and checked.doc is not None:
+        write_doc(args.output, checked.doc)
+    judgement = report(context, checked, args.drain_at)
+    if not judgement.unfit:
+        context.say(f"pass ({checked.seconds:.2f} s)")
         return EXIT_OK
-    drain_self(context, f"{REASON_PREFIX}{unfit[0]['id']}")
-    return EXIT_FINDINGS
+    if action_of(args) == "reserve" and reserve_self(context):
+        return EXIT_OK  # a failed prolog would make slurmd drain the node
+    drain_self(context, judgement.reason)
+    return EXIT_USAGE if judgement.klass == UNKNOWN else EXIT_FINDINGS
 
 
-def _refuse_fleet_options(args: argparse.Namespace) -> None:
+def action_of(args: argparse.Namespace) -> str:
+    """``--slurm-action`` (default ``drain``)."""
+    return getattr(args, "slurm_action", None) or "drain"
+
+
+def refuse_fleet_options(args: argparse.Namespace, mode: str) -> None:
+    """:class:`UserError` for an option that names other hosts than this node."""
     for flag, value in (("-i", args.inventory), ("--launcher", args.launcher),
                         ("--results", args.results), ("--limit", args.limit)):
         if value:
-            raise UserError(f"--slurm-prolog checks this node only: {flag} is not allowed")
+            raise UserError(f"{mode} checks this node only: {flag} is not allowed")
 
 
-def check_node(context: JobContext, args: argparse.Namespace) -> dict[str, Any]:
-    """The preflight document of this node (named after it), read without Ansible."""
-    layers = args.layer or HOST_LAYERS
-    unknown = [name for name in layers if name not in LAYER_NAMES]
-    if unknown:
-        raise UserError(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYER_NAMES)}")
-    if args.sysroot:
-        facts = facts_from_sysroot(args.sysroot.replace("%n", context.node or ""), layers)
-    else:
-        facts = gather_facts(Sysroot("/"), layers)
-    hosts = {context.node or "localhost": facts}
-    return preflight_hosts(hosts, host_profiles(args.profile, hosts), layers,
-                           args.stop_at_first_failing_layer)
+def check_node(node: str, args: argparse.Namespace, layers: list[str] | None = None,
+               deadline: float | None = None) -> NodeCheck:
+    """This node read and checked (``--sysroot`` with ``%n`` as ``node``, else live)."""
+    return read_node(node, sysroot_of(args.sysroot, node), args.profile,
+                     args.layer or layers or HOST_LAYERS, deadline)
 
 
-def drain_self(context: JobContext, reason: str) -> None:
-    """Drain this node with ``reason`` (printed either way); never raises."""
+def report(context: JobContext, checked: NodeCheck, drain_at: str) -> gate.Judgement:
+    """Print the failing checks and the verdict; the gate's judgement."""
+    for result in checked.results:
+        if result["status"] == FAIL:
+            context.say(f"FAIL {result['id']}: {result['detail']}{_kept(result, drain_at)}")
+    context.say(gate.verdict_line(checked.verdict))
+    return gate.judge(checked.results, checked.unreadable, drain_at)
+
+
+def _kept(result: dict[str, Any], drain_at: str) -> str:
+    if makes_unfit(result, drain_at):
+        return ""
+    if not result["health"]:
+        return " (tuning, not draining)"
+    return f" (severity {result['severity']}, below --drain-at {drain_at}: not draining)"
+
+
+def drain_self(context: JobContext, reason: str) -> bool:
+    """Drain this node with ``reason`` (printed either way); never raises. True when the
+    node is drained."""
     if not context.node:
-        print(f"exemplar-tune prolog {context.label}: SLURMD_NODENAME unset, not draining",
-              flush=True)
-        return
-    argv = [_scontrol(), "update", f"NodeName={context.node}", "State=DRAIN",
-            f"Reason={reason}"]
+        context.say(f"SLURMD_NODENAME unset, not draining (Reason={reason})")
+        return False
+    error = gate.run(gate.drain_argv(context.node, reason))
+    if error:
+        context.say(f"could not drain: {error}")
+        return False
+    context.say(f"drained, Reason={reason}")
+    return True
+
+
+def reserve_self(context: JobContext) -> bool:
+    """Reserve this node (``exemplar-<node>``) and requeue, else cancel, this job; True when
+    both worked (the job will not run here, the prolog may succeed)."""
+    if not (context.node and context.job_id):
+        context.say("SLURMD_NODENAME or SLURM_JOB_ID unset, cannot reserve: draining")
+        return False
     try:
-        run_client(argv, timeout=30)
+        done = gate.reserve(context.node)
     except SlurmError as exc:
-        print(f"exemplar-tune prolog {context.label}: could not drain: {exc}", flush=True)
-        return
-    print(f"exemplar-tune prolog {context.label}: drained, Reason={reason}", flush=True)
+        context.say(f"could not reserve: {exc}: draining")
+        return False
+    context.say(f"{done}, ReservationName={gate.reservation_name(context.node)}")
+    done = gate.keep_job_off(context.job_id)
+    if done:
+        context.say(f"job {context.job_id} {done}: it does not run on a reserved node")
+        return True
+    context.say(f"job {context.job_id} could be neither requeued nor cancelled: draining")
+    return False
 
 
-def _scontrol() -> str:
-    try:
-        return program("scontrol")
-    except SlurmError:
-        return "scontrol"  # run_client reports it as not found
-
-
-def _write(path: Any, doc: dict[str, Any]) -> None:
+def write_doc(path: Any, doc: dict[str, Any]) -> None:
+    """Write the preflight document to ``--output`` (a failure is printed, never raised)."""
     try:
         path.write_text(json.dumps(doc, indent=2) + "\n")
     except OSError as exc:

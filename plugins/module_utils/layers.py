@@ -14,6 +14,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.pending_reboot import (
+    PENDING_FACT,
+    pending_knobs,
+    pending_source,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 if TYPE_CHECKING:  # gatherers and knobs are imported by name on first use; these ship them
@@ -43,17 +48,25 @@ class Layer(NamedTuple):
 
     def gather(self, root: Sysroot, **options: Any) -> dict[str, Any]:
         """The layer's facts: its gatherer's (``gatherers/<name>.py``), then the state of each
-        family knob of the layer (``Knob.state``), with its source and any error."""
+        family knob of the layer (``Knob.state``), with its source and any error, and, for a
+        layer with knobs, ``pending_reboot``: the ids of its knobs whose change waits for the
+        next boot (``knobs/pending_reboot.py``; ``None`` with an error when the record is
+        corrupt)."""
         facts = _gatherer(self.name)(root, **options)
-        states = [knob.state for knob in self.knobs if knob.state is not None]
-        if not states:
+        knobs = self.knobs
+        if not knobs:
             return facts
         sheet = FactSheet()
-        for state in states:
+        for state in (knob.state for knob in knobs if knob.state is not None):
             if state.fact in facts:
                 raise ValueError(f"knob {self.name}.{state.fact}: the layer already has a "
                                  f"fact {state.fact!r}")
             sheet.attempt(state.fact, state.source(root), state.read, root)
+        if PENDING_FACT in facts or PENDING_FACT in sheet.facts:
+            raise ValueError(f"layer {self.name}: the fact {PENDING_FACT!r} is reserved")
+        ids = [knob.id for knob in knobs]
+        sheet.attempt(PENDING_FACT, pending_source(root),
+                      lambda: [knob_id for knob_id in pending_knobs(root) if knob_id in ids])
         found = {key: value for key, value in facts.items() if key not in ("sources", "errors")}
         return {**found, **sheet.facts, "sources": {**facts["sources"], **sheet.sources},
                 "errors": facts["errors"] + sheet.errors}

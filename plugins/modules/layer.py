@@ -215,6 +215,8 @@ def main() -> None:
     except HostStateError as exc:  # the claim: another controller's, or not writable
         module.fail_json(msg=str(exc), claimed_by=getattr(exc, "holder", None),
                          **_summary(done, journal))
+    for warning in (w for layer in done for w in layer.get("warnings", [])):
+        module.warn(warning)  # the pending-reboot record could not be written
     summary = {**_summary(done, journal), "profile": profile.get("name")}
     failed = [layer for layer in done if layer.get("status") == "failed"]
     if failed:

@@ -15,6 +15,9 @@ description:
   - Idempotent - entries already restored (or already back in place) are skipped.
   - An entry that cannot be put back does not stop the others; the task then fails and lists
     what was not restored.
+  - A knob that takes effect at the next boot (kernel arguments, BIOS settings) whose entries
+    were put back is noted in C(/var/lib/exemplar-tune/pending-reboot.json) (change
+    C(restore)); the layer's C(pending_reboot) fact lists it until the host reboots.
 version_added: "0.1.0"
 author: exemplar-tune maintainers (@exemplar-tune)
 options:
@@ -70,6 +73,13 @@ reboot_required:
   description: True when BIOS attributes were staged again (they apply at the next reset).
   returned: always
   type: bool
+pending_reboot:
+  description: Knobs taking effect at the next boot (C(vm.cmdqv_params)) whose changes were
+    put back; noted in C(/var/lib/exemplar-tune/pending-reboot.json) until the host reboots
+    (empty in check mode).
+  returned: always
+  type: list
+  elements: str
 """
 
 from typing import Any
@@ -81,7 +91,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.glue.bytecode_cache 
 
 use_bytecode_cache()  # the collection's imports below: compiled once, cached on the host
 
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import restore_entries
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import restore_run
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.host_claim import (
     CLAIM_OPTION,
     HostClaimed,
@@ -116,21 +126,24 @@ def main() -> None:
         if not journal.exists():
             if params["missing_ok"]:
                 module.exit_json(changed=False, restored=[], failed=[], journal=None,
-                                 reboot_required=False)
+                                 reboot_required=False, pending_reboot=[])
             module.fail_json(msg=f"no journal for run {params['run_id']} at {journal.display}")
         entries = [e for e in journal.load()["entries"]
                    if not params["layers"] or e["layer"] in params["layers"]]
         with claimed(journal.root, params["claim"], module.check_mode):
-            result = restore_entries(journal.root, journal, entries, module.check_mode,
-                                     connect=bmc_connector(BmcConfig.from_params(params["bmc"])))
+            result = restore_run(journal.root, journal, entries, module.check_mode,
+                                 connect=bmc_connector(BmcConfig.from_params(params["bmc"])))
     except HostClaimed as exc:
         module.fail_json(msg=str(exc), claimed_by=exc.holder)
     except HostStateError as exc:
         module.fail_json(msg=str(exc))
+    for warning in result["warnings"]:
+        module.warn(warning)  # the pending-reboot record could not be written
     output = {"changed": result["changed"], "diff": result["diff"],
               "restored": result["restored"], "failed": result["failed"],
               "journal": journal.display,
-              "reboot_required": _bios_staged(entries, result)}
+              "reboot_required": _bios_staged(entries, result),
+              "pending_reboot": result["pending_reboot"]}
     if result["failed"]:
         paths = ", ".join(f"{f['path']} ({f['error']})" for f in result["failed"])
         module.fail_json(msg=f"could not restore: {paths}", **output)

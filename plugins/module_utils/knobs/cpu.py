@@ -20,6 +20,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.cgroup import HOUSEKEEPING_UNITS
 
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
+# why a host has no cpufreq policy: the not-applicable reason of governor and turbo there
+NO_CPUFREQ = ("no cpufreq driver is loaded (none in a VM guest; on bare metal: disabled, "
+              "missing or without firmware support)")
 GRUB_PATH = Setting("cpu_grub_defaults_path", "/etc/default/grub",
                     "The bootloader defaults file edited by C(cstate_cmdline).")
 _ENABLED = ["enabled", "disabled"]
@@ -82,7 +85,8 @@ KNOBS: tuple[Knob, ...] = (
                "cpufreq governor of every policy",
                {"type": "string", "pattern": WORD.pattern,
                 "description": "cpufreq governor for every policy (performance)"},
-               doc="C(governor) writes the governor of every cpufreq policy (runtime)."),
+               doc="C(governor) writes the governor of every cpufreq policy (runtime).",
+               absent=NO_CPUFREQ),
     Knob("cpu", "turbo", "turbo allowed or not", "plan_turbo",
          {"turbo": {"type": "boolean",
                     "description": "turbo allowed (true) or forbidden (false)"}},
@@ -141,7 +145,9 @@ KNOBS: tuple[Knob, ...] = (
                                "page Grace kernel a THP is 512 MiB (NVIDIA Grace tuning "
                                "guide)"),
                doc="C(transparent_hugepage) writes the THP mode (runtime; the kernel "
-                   "argument C(transparent_hugepage=) keeps it across boots)."),
+                   "argument C(transparent_hugepage=) keeps it across boots).",
+               absent="the kernel has no transparent huge pages (built without "
+                      "CONFIG_TRANSPARENT_HUGEPAGE)"),
     *(sysfs_attr("cpu", f"hugepages_{size}",
                  f"sys/kernel/mm/hugepages/hugepages-{kib}kB/nr_hugepages",
                  f"{size.upper()} hugetlb pool size",
@@ -154,7 +160,9 @@ KNOBS: tuple[Knob, ...] = (
                  doc=f"C(hugepages_{size}) sets the {size.upper()} hugetlb pool now (the kernel "
                      "may find less contiguous memory on a long-running host: then the knob "
                      "fails and is put back; the kernel arguments C(hugepagesz=) "
-                     "C(hugepages=) reserve it at boot).")
+                     "C(hugepages=) reserve it at boot).",
+                 absent=f"the kernel offers no {size.upper()} huge page size (a CPU or base page "
+                        "size without it, or a kernel without hugetlbfs)")
       for size, kib, count in (("2m", 2048, 5128), ("1g", 1048576, 2))),
     Knob("cpu", "bios", "BIOS C-state, C1E, turbo and profile policy through the BMC",
          "plan_bios", {"bios": BIOS_SCHEMA},

@@ -8,6 +8,10 @@ Knobs planned later see the files that earlier knobs of the layer will write
 (:class:`PlannedRoot`), so two knobs may edit one file. A knob whose planner finds the setting
 does not apply to the host (``NotApplicable``: no bootloader configuration, a guest's idle
 states) is skipped with that reason; the rest of the layer goes on.
+
+A knob that takes effect at the next boot (``Knob.reboot``) and really changed the host is
+noted in the host's pending-reboot record (``knobs/pending_reboot.py``); so is one whose
+changes :func:`restore_run` put back. The layer's ``pending_reboot`` fact reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,15 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     restore_entries,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import Layer, get_layer
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.pending_reboot import (
+    PendingRebootError,
+    record_pending,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    ROLE_LAYERS,
+    Layer,
+    get_layer,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
     NotApplicable,
@@ -121,7 +133,9 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
 
     Returns ``{layer, changed, reboot_required, knobs: [...], manual_actions}``; each knob
     entry has ``layer, knob, changed, diff, changes, reboot_required, journal_entries`` and
-    ``not_applicable`` (the reason, or ``None``).
+    ``not_applicable`` (the reason, or ``None``). The knobs that changed the next boot are
+    noted in the pending-reboot record (not in check mode); when it cannot be written, the
+    result's ``warnings`` say so (the changes stay made, as reported).
     Raises :class:`LayerFailed` with the layer put back.
     """
     layer = get_layer(name)
@@ -133,12 +147,26 @@ def run_layer(root: Sysroot, name: str, profile: dict[str, Any], variables: dict
         raise LayerFailed(f"{name}.{exc.knob}", exc.path, exc.reason) from None
     if not check_mode:
         _read_back(root, journal, planned, results, connect)
+    warnings = [] if check_mode else _note_pending(
+        root, [p.knob.id for p in planned if p.knob.reboot and results[p.knob.name]["changed"]],
+        journal.run_id, "apply")
     knobs = [_knob_result(p, results[p.knob.name]) for p in planned]
     return {"layer": name, "changed": any(k["changed"] for k in knobs),
             "reboot_required": any(k["reboot_required"] for k in knobs), "knobs": knobs,
             "manual_actions": [action for p in planned
                                if p.knob.advice and p.not_applicable is None
-                               for action in p.knob.resolve(p.knob.advice)(p.target)]}
+                               for action in p.knob.resolve(p.knob.advice)(p.target)],
+            "warnings": warnings}
+
+
+def _note_pending(root: Sysroot, knob_ids: list[str], run_id: str, change: str) -> list[str]:
+    """:func:`record_pending`; its error as a warning (the changes themselves were made)."""
+    try:
+        record_pending(root, knob_ids, run_id, change)
+    except PendingRebootError as exc:
+        return [f"{exc}; the change of {', '.join(knob_ids)} waits for the next boot all the "
+                "same"]
+    return []
 
 
 def _read_back(root: Sysroot, journal: Journal | None, planned: list[Planned], results: dict,
@@ -166,3 +194,30 @@ def _knob_result(planned: Planned, result: dict[str, Any]) -> dict[str, Any]:
             "reboot_required": bool(result["changed"] and knob.reboot),
             "journal_entries": [{k: e[k] for k in ("seq", "kind", "path")}
                                 for e in result["entries"]]}
+
+
+def restore_run(root: Sysroot, journal: Journal, entries: list[dict[str, Any]],
+                check_mode: bool, connect: Any = None) -> dict[str, Any]:
+    """``changes.restore_entries`` (same arguments, same result), then, unless in check mode,
+    the knobs taking effect at the next boot whose entries it really put back (not those
+    found already in place) noted in the pending-reboot record as ``restore``; the result
+    lists them in ``pending_reboot`` (``[]`` in check mode), and in ``warnings`` why the
+    record could not be written.
+    """
+    result = restore_entries(root, journal, entries, check_mode, connect=connect)
+    result["pending_reboot"] = [] if check_mode else put_back_reboot_knobs(entries, result)
+    result["warnings"] = _note_pending(root, result["pending_reboot"], journal.run_id,
+                                       "restore")
+    return result
+
+
+def put_back_reboot_knobs(entries: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
+    """Ids of the knobs with ``reboot=True`` of which ``result`` (``restore_entries``') really
+    put back an entry: restored and in its diff (an entry already in place has no diff)."""
+    written = {d["before_header"] for d in result["diff"]}
+    restored = set(result["restored"])
+    ids = {f"{e['layer']}.{e['knob']}" for e in entries
+           if e["seq"] in restored and e["path"] in written}
+    layers = {knob_id.split(".", 1)[0] for knob_id in ids} & set(ROLE_LAYERS)
+    reboot = {knob.id for name in layers for knob in get_layer(name).knobs if knob.reboot}
+    return sorted(ids & reboot)

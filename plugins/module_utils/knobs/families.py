@@ -16,6 +16,12 @@ file every sysctl knob of the layer writes its line into) and the layer's bootlo
 defaults file for kernel arguments. Values are checked against the key's schema before
 anything is rendered; a string value's schema must carry a ``pattern`` (checked when the
 knob is declared), so no value can change the syntax of the file it is written into.
+
+A family knob whose profile sets a value but whose host has nothing it could write raises
+``NotApplicable`` with the reason (the engine skips the knob with it; the audit reports it as
+not applicable, never as "no drift"): a sysctl whose ``/proc/sys`` entry the kernel does not
+have, a sysfs attribute glob that matches no attribute, a systemd drop-in on a host whose init
+system is not systemd. A knob whose profile sets no value plans nothing (``[]``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     matching,
     one_line,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotApplicable,
+    NotSupported,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import (
     parse_int,
     selected_choice,
@@ -52,6 +62,7 @@ if TYPE_CHECKING:  # planning needs these; reading a knob's state (every facts r
 
 SYSCTL_FILE = "/etc/sysctl.d/90-exemplar-tune.conf"
 WHOLE = re.compile(r"^-?[0-9]{1,19}$")
+WILDCARD = re.compile(r"[*?\[]")
 PROPERTY = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
 
 
@@ -101,6 +112,40 @@ def _want(state: Any, target: Target) -> str | None:
     return value
 
 
+def systemd_absent(root: Sysroot) -> str | None:
+    """Why systemd does not run this host's units, as one line; ``None`` when it does.
+
+    systemd is the init system when ``/run/systemd/system`` exists (sd_booted(3)); a captured
+    tree may instead hold a ``systemctl show`` that answered. A host whose PID 1 is something
+    else (a container's, a sandbox's) has no units for a drop-in to change.
+    """
+    from ansible_collections.exemplar.tune.plugins.module_utils.readers.systemd import (
+        BOOTED_MARK,
+        read_systemctl_show,
+    )
+    if root.exists(BOOTED_MARK):
+        return None
+    try:
+        if read_systemctl_show(root) is not None:
+            return None
+    except HostStateError:
+        pass  # a captured systemctl that failed: not booted with systemd either
+    init = (root.read_optional("proc/1/comm") or "").strip()
+    seen = "not present" if root.live else "not present, nor a systemctl show that answered"
+    return f"{seen}: systemd is not the init system" + (f" (PID 1 is {init})" if init else "")
+
+
+def _absent_proc(root: Sysroot, proc: str, label: str) -> NotApplicable:
+    """Why the kernel parameter ``label`` cannot be set: no ``/proc/sys`` at all, or no entry
+    for it there (the running kernel does not have it)."""
+    if not root.is_dir("proc/sys"):
+        where = "procfs not mounted" if root.live else "not in this tree"
+        return NotApplicable(root.display("proc/sys"), f"not present ({where}): {label} cannot "
+                             "be read or set")
+    return NotApplicable(root.display(proc), f"not present: the running kernel has no {label} "
+                         "(built without it, or its module is not loaded)")
+
+
 class Sysctl(State):
     """A kernel parameter (``label``: ``kernel.numa_balancing``) of one value: ``/proc/sys``
     now, and its line in the layer's ``sysctl.d`` file (edited line by line, so several knobs
@@ -127,7 +172,9 @@ class Sysctl(State):
         return None if text is None else host_value(text, self.schema, self.source(root))
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
-        """The runtime value, then the ``sysctl.d`` line."""
+        """The runtime value, then the ``sysctl.d`` line; ``NotApplicable`` when the kernel
+        has no ``/proc/sys`` entry for the parameter (a ``sysctl.d`` line for it would only
+        fail at every boot)."""
         value = _want(self, target)
         if value is None:
             return []
@@ -137,18 +184,22 @@ class Sysctl(State):
         )
         path = clean_path(target.settings[f"{self.layer}_sysctl_path"],
                           f"{self.layer}_sysctl_path")
-        now: list[Change] = [AttrChange(self.proc, value)] if root.exists(self.proc) else []
-        return now + plan_env_file(root, path, {self.label: value}, "sysctl")
+        if not root.exists(self.proc):
+            raise _absent_proc(root, self.proc, self.label)
+        return [AttrChange(self.proc, value),
+                *plan_env_file(root, path, {self.label: value}, "sysctl")]
 
 
 class SysfsAttr(State):
     """One attribute over a glob of devices or CPUs (``label``, relative to the root), written
     in place (runtime). An attribute that lists its choices (``always [madvise] never``)
-    reads as the one in force."""
+    reads as the one in force. ``absent`` says why a host may have none of the attributes
+    (``no cpufreq driver ...``): the reason the knob does not apply there."""
 
-    def __init__(self, layer: str, fact: str, glob: str, schema: dict[str, Any]) -> None:
+    def __init__(self, layer: str, fact: str, glob: str, schema: dict[str, Any],
+                 absent: str = "") -> None:
         super().__init__(layer, fact, "/" + glob, schema)
-        self.glob = glob
+        self.glob, self.absent = glob, absent
 
     @property
     def fix(self) -> str:  # noqa: D102
@@ -167,12 +218,28 @@ class SysfsAttr(State):
         return set(have) == {profile_value(want, self.schema, self.fact)}
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
-        """The value on every attribute the glob finds."""
+        """The value on every attribute the glob finds; ``NotApplicable`` when it finds none."""
         from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import AttrChange
         value = _want(self, target)
         if value is None:
             return []
-        return [AttrChange(path, value) for path in root.glob(self.glob) if root.exists(path)]
+        found = [path for path in root.glob(self.glob) if root.exists(path)]
+        if not found:
+            raise self.not_found(root)
+        return [AttrChange(path, value) for path in found]
+
+    def not_found(self, root: Sysroot) -> NotApplicable:
+        """The reason the knob does not apply to a host without any of the attributes: the
+        glob's fixed directory and what it holds none of (``/sys/devices/system/cpu/cpufreq:
+        no policy[0-9]*/scaling_governor: ...``), then ``absent``."""
+        parts = self.glob.split("/")
+        first = next((i for i, part in enumerate(parts) if WILDCARD.search(part)), len(parts))
+        if first == len(parts):
+            path, what = self.glob, "not present"
+        else:
+            path, what = "/".join(parts[:first]), f"no {'/'.join(parts[first:])}"
+        return NotApplicable(root.display(path), f"{what}: {self.absent}" if self.absent
+                             else what)
 
 
 class KernelArg(State):
@@ -317,7 +384,8 @@ class DropIn(State):
         return have == profile_value(want, self.schema, self.fact)
 
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
-        """The drop-in, ``daemon-reload`` and the optional restart."""
+        """The drop-in, ``daemon-reload`` and the optional restart; ``NotApplicable`` where
+        systemd is not the init system."""
         from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
             FileChange,
             service_step,
@@ -325,6 +393,9 @@ class DropIn(State):
         value = _want(self, target)
         if value is None:
             return []
+        why = systemd_absent(root)
+        if why is not None:
+            raise NotApplicable(root.display("run/systemd/system"), why)
         text = (f"# Managed by exemplar-tune (knob {self.layer}.{self.fact}); put back by "
                 f"exemplar-tune restore.\n[{self.section}]\n{self.prop}={value}\n")
         changes: list[Change] = [FileChange(self.path, text.encode()),
@@ -360,11 +431,13 @@ def sysctl(layer: str, name: str, key: str, summary: str, schema: dict[str, Any]
 
 
 def sysfs_attr(layer: str, name: str, glob: str, summary: str, schema: dict[str, Any], *,
-               check: CheckSpec | None = None, doc: str = "") -> Knob:
-    """An attribute over a glob (``sys/devices/system/cpu/cpufreq/policy[0-9]*/...``)."""
+               check: CheckSpec | None = None, doc: str = "", absent: str = "") -> Knob:
+    """An attribute over a glob (``sys/devices/system/cpu/cpufreq/policy[0-9]*/...``);
+    ``absent`` says why a host may have none (the knob's not-applicable reason there)."""
     if not glob.startswith(("sys/", "proc/sys/")):
         raise ValueError(f"knob {layer}.{name}: {glob!r} is not under sys/ or proc/sys/")
-    return _declare(SysfsAttr(layer, name, glob, schema), summary, (), check, doc)
+    state = SysfsAttr(layer, name, glob, schema, one_line(absent, f"{layer}.{name}: absent"))
+    return _declare(state, summary, (), check, doc)
 
 
 def kernel_arg(layer: str, name: str, arg: str, summary: str, schema: dict[str, Any], *,

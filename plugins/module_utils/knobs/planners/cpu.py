@@ -1,5 +1,10 @@
 """How the cpu layer's planner knobs plan: idle states, kernel C-state limits, tuned, turbo,
-housekeeping and the BIOS policy behind the BMC (declared in ``knobs/cpu.py``)."""
+housekeeping and the BIOS policy behind the BMC (declared in ``knobs/cpu.py``).
+
+A knob the profile asks for whose host has nothing it could write raises ``NotApplicable``
+with the reason (no idle state, no turbo switch, no systemd or no cgroup v2 cpuset, no BMC
+for the BIOS policy), so the audit never reports it as "no drift"; a knob the profile does
+not ask for plans nothing."""
 
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     FileChange,
     service_step,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import POLICIES
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.cpu import NO_CPUFREQ, POLICIES
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.envfile import plan_env_file
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import systemd_absent
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import plan_cmdline
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import (
     FILE_NAME,
@@ -28,6 +34,10 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     matching,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.tuned_switch import plan_switch
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.cgroup import (
+    cpuset_base,
+    detect_version,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import (
     format_cpulist,
     parse_cpulist,
@@ -46,8 +56,13 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.hypervisor i
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS_DIR, Sysroot
 
 SYSTEMCTL_SHOW = f"{COMMANDS_DIR}/systemctl-show-slices.txt"
-IDLE_DIRS = "sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*"
-CPUIDLE_DRIVER = "sys/devices/system/cpu/cpuidle/current_driver"
+CPU_DIR = "sys/devices/system/cpu"
+IDLE_DIRS = f"{CPU_DIR}/cpu[0-9]*/cpuidle/state[0-9]*"
+CPUIDLE_DRIVER = f"{CPU_DIR}/cpuidle/current_driver"
+NO_TURBO = f"{CPU_DIR}/intel_pstate/no_turbo"
+BOOST = f"{CPU_DIR}/cpufreq/boost"
+
+
 def _deep(target: Target) -> bool:
     return bool(target.want.get("deep_cstates"))
 
@@ -117,16 +132,28 @@ def plan_deep_cstates(root: Sysroot, target: Target) -> list[Change]:
     if not _deep(target):
         return []
     guest_idle_states(root, target)
+    directories = root.glob(IDLE_DIRS)
+    if not directories:
+        driver = (target.facts.get("cpuidle") or {}).get("driver") or \
+            (root.read_optional(CPUIDLE_DRIVER) or "").strip()
+        raise NotApplicable(root.display(CPU_DIR), "no idle state under cpu*/cpuidle "
+                            f"({f'cpuidle driver {driver}' if driver else 'no cpuidle driver'})"
+                            ": the kernel exposes no C-state to enable")
     names = state_names(target)
     if not names:
         return []
     changes: list[Change] = []
     indices: set[int] = set()
-    for directory in root.glob(IDLE_DIRS):
+    seen: set[str] = set()
+    for directory in directories:
         indices.add(int(directory.rsplit("state", 1)[1]))
-        if root.read_optional(f"{directory}/name") in names and \
-                root.exists(f"{directory}/disable"):
+        name = root.read_optional(f"{directory}/name")
+        seen.add(name or "?")
+        if name in names and root.exists(f"{directory}/disable"):
             changes.append(AttrChange(f"{directory}/disable", "0"))
+    if not changes:
+        raise NotApplicable(root.display(CPU_DIR), f"no idle state named {', '.join(names)} "
+                            f"under cpu*/cpuidle (the CPUs have {', '.join(sorted(seen))})")
     states = (target.facts.get("cpuidle") or {}).get("states") or []
     if any(s.get("name") in names and s.get("default_status") == "disabled" for s in states):
         path = clean_path(target.settings["cpu_cstates_udev_rule_path"],
@@ -173,12 +200,26 @@ def plan_turbo(root: Sysroot, target: Target) -> list[Change]:
         return []
     control = ((target.facts.get("cpufreq") or {}).get("turbo") or {}).get("control") or ""
     if control.endswith("/no_turbo"):
-        paths, value = ["sys/devices/system/cpu/intel_pstate/no_turbo"], "0" if turbo else "1"
+        paths, value = [NO_TURBO], "0" if turbo else "1"
     else:
-        paths = ["sys/devices/system/cpu/cpufreq/boost"] + [
-            f"{policy}/boost" for policy in root.glob(POLICIES)]
+        paths = [BOOST] + [f"{policy}/boost" for policy in root.glob(POLICIES)]
         value = "1" if turbo else "0"
-    return [AttrChange(path, value) for path in paths if root.exists(path)]
+    found = [path for path in paths if root.exists(path)]
+    if not found:
+        raise no_turbo_switch(root)
+    return [AttrChange(path, value) for path in found]
+
+
+def no_turbo_switch(root: Sysroot) -> NotApplicable:
+    """Why turbo cannot be set here: no cpufreq driver at all, or one without a boost file."""
+    looked = "no turbo switch (intel_pstate/no_turbo, cpufreq/boost or cpufreq/policy*/boost)"
+    policies = root.glob(POLICIES)
+    if not policies:
+        return NotApplicable(root.display(CPU_DIR), f"{looked}: {NO_CPUFREQ}")
+    drivers = sorted({d.strip() for d in (root.read_optional(f"{p}/scaling_driver")
+                                          for p in policies) if d and d.strip()})
+    return NotApplicable(root.display(CPU_DIR), f"{looked}: the cpufreq driver "
+                         f"{', '.join(drivers) or 'in use'} offers none")
 
 
 def online_cpus(facts: dict[str, Any]) -> list[int]:
@@ -226,19 +267,44 @@ def allowed_cpus_dropin(unit: str, cpus: str) -> bytes:
             f"[{section}]\nAllowedCPUs=\nAllowedCPUs={cpus.replace(',', ' ')}\n").encode()
 
 
+def confinable(root: Sysroot) -> None:
+    """``NotApplicable`` where the units cannot be confined: systemd is not the init system
+    (no units, nothing reads ``AllowedCPUs=``), no cgroup hierarchy, or the cpuset controller
+    on a cgroup v1 hierarchy (``AllowedCPUs=`` works on the unified hierarchy only,
+    systemd.resource-control(5))."""
+    why = systemd_absent(root)
+    if why is not None:
+        raise NotApplicable(root.display("run/systemd/system"), f"{why}: no systemd unit to "
+                            "confine")
+    try:
+        version = detect_version(root)
+    except NotSupported as exc:
+        raise NotApplicable(exc.path, f"{exc.reason}: no cpuset to confine the units "
+                            "with") from None
+    base, interface = cpuset_base(root, version)
+    if interface != "v2":
+        raise NotApplicable(root.display(base), f"cpuset controller on a cgroup v1 hierarchy "
+                            f"(cgroup {version}): systemd's AllowedCPUs= needs cgroup v2")
+
+
 def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
     """Confine the housekeeping units to their CPUs (now and at boot); ban the rest in
-    irqbalance. Refuses units that hold Slurm job cgroups unless allowed."""
+    irqbalance. Refuses units that hold Slurm job cgroups unless allowed. ``NotApplicable``
+    where the units cannot be confined (:func:`confinable`), even before the profile names
+    the CPUs; without ``housekeeping_cpus`` nothing is planned."""
     cpus = target.want.get("housekeeping_cpus")
-    if not target.want.get("housekeeping_confined") or cpus in (None, ""):
+    if not target.want.get("housekeeping_confined"):
         return []
     try:
-        house = parse_cpulist(str(cpus), "cpu.housekeeping_cpus")
+        house = None if cpus in (None, "") else parse_cpulist(str(cpus), "cpu.housekeeping_cpus")
     except HostStateError as exc:
         raise KnobInputError("cpu.housekeeping_cpus", exc.reason) from None
-    listed = format_cpulist(house)
     units = [matching(u, SYSTEMD_UNIT, "cpu_housekeeping_units")
              for u in target.settings["cpu_housekeeping_units"]]
+    confinable(root)
+    if house is None:
+        return []
+    listed = format_cpulist(house)
     busy = units_with_jobs(units, target.facts)
     if busy and not target.settings["cpu_housekeeping_allow_job_units"]:
         raise KnobInputError(", ".join(busy), "hold Slurm job cgroups: confining them would "
@@ -265,8 +331,11 @@ def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
 def plan_bios(_root: Sysroot, target: Target) -> list[Change]:
     """The BIOS C-state/turbo/profile policy, staged through the BMC for the next boot."""
     wanted = target.want.get("bios")
-    if not wanted or target.bmc is None:
+    if not wanted:
         return []
+    if target.bmc is None:
+        raise NotApplicable("exemplar_bmc_address", "not set: the BIOS policy is read and "
+                            "staged through the host's BMC (Redfish), and none is given")
     from ansible_collections.exemplar.tune.plugins.module_utils.knobs.bios_change import (
         plan_change,  # imported here: only hosts with a BMC need the Redfish client
     )

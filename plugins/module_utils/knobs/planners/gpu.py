@@ -1,5 +1,11 @@
 """How the gpu layer's knob plans and reads back persistence mode (declared in
-``knobs/gpu.py``)."""
+``knobs/gpu.py``).
+
+The knob does not apply (``NotApplicable``, with the reason) to a host without an NVIDIA GPU:
+no GPU answers nvidia-smi and none is on the PCI bus; nor where the driver shows no
+persistence mode for any GPU selected. A host whose PCI bus has NVIDIA GPUs that nvidia-smi
+does not list (no driver, driver down) fails the knob with one line: it cannot be set or
+judged there, and an audit must not call that "no drift"."""
 
 from __future__ import annotations
 
@@ -10,7 +16,14 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.persistence im
     live_states,
     sysroot_plan,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotApplicable,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.pci import (
+    PCI_DEVICES,
+    list_gpus,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 
@@ -19,14 +32,41 @@ def _params(target: Target) -> dict:
             "gpus": list(target.settings["gpu_persistence_gpus"])}
 
 
+def pci_gpus(root: Sysroot) -> int | None:
+    """How many NVIDIA GPUs the PCI bus shows; ``None`` when it cannot be read."""
+    try:
+        return len(list_gpus(root))
+    except HostStateError:
+        return None
+
+
 def plan_persistence(root: Sysroot, target: Target) -> list[Change]:
     """Persistence mode on every selected GPU: ``nvidia-smi -pm`` live, the captured report
-    in a sysroot. Nothing on a host without GPUs."""
-    if target.want.get("persistence_mode") is None or target.facts.get("present") is False:
+    in a sysroot. ``NotApplicable`` on a host without GPUs."""
+    if target.want.get("persistence_mode") is None:
         return []
+    on_bus = pci_gpus(root)
+    if target.facts.get("present") is False and on_bus == 0:
+        raise NotApplicable(root.display(PCI_DEVICES), "no NVIDIA GPU on the PCI bus ("
+                            f"{target.facts.get('reason') or 'nvidia-smi lists none'})")
+    params = _params(target)
+    note: list[str] = []
     if root.live:
-        return live_plan(live_states(_params(target), []), _params(target)["enabled"])
-    return sysroot_plan(root, _params(target))[0]
+        states = live_states(params, note)
+        changes = live_plan(states, params["enabled"])
+    else:
+        changes, states = sysroot_plan(root, params)
+    if not states:
+        said = note[0] if note else "nvidia-smi lists no GPU"
+        if on_bus:
+            raise HostStateError("nvidia-smi", f"{said}, yet the PCI bus has {on_bus} NVIDIA "
+                                 "GPU(s): persistence mode cannot be read or set (is the "
+                                 "NVIDIA driver loaded?)")
+        raise NotApplicable("nvidia-smi", said)
+    if all(state is None for state in states.values()):
+        raise NotApplicable("nvidia-smi", "no persistence mode shown for GPU "
+                            f"{', '.join(states)}: the driver does not offer it there")
+    return changes
 
 
 def check_persistence(root: Sysroot, target: Target, changes: list[Change]) -> None:

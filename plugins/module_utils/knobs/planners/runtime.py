@@ -1,6 +1,7 @@
 """How the runtime layer's knobs plan: the NCCL topology file, the NCCL configuration that
 names it, and carrying both into every enroot/pyxis container (declared in
-``knobs/runtime.py``)."""
+``knobs/runtime.py``). Carrying them into containers does not apply (``NotApplicable``) to a
+host without enroot."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     file_mode,
     matching,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.enroot import ENROOT_BINARY
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotApplicable,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import parse_topo_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -96,10 +101,17 @@ def plan_enroot_topo(root: Sysroot, target: Target) -> list[Change]:
     """enroot ``environ.d`` and ``mounts.d`` entries that carry NCCL_TOPO_FILE and its file
     into every container (pyxis jobs included)."""
     path = topo_path(target)
-    if path is None or not _in_containers(target):
+    if path is None or not target.want.get("require_in_container", True):
         return []
-    sysconf = clean_path((target.facts.get("enroot") or {}).get("sysconf_path") or "/etc/enroot",
+    enroot = target.facts.get("enroot")
+    sysconf = clean_path((enroot or {}).get("sysconf_path") or "/etc/enroot",
                          "enroot sysconf path")
+    if isinstance(enroot, dict) and not enroot.get("installed"):
+        raise NotApplicable(root.display(f"{sysconf}/enroot.conf"), f"not present, nor "
+                            f"{ENROOT_BINARY}: enroot is not installed, no enroot container to "
+                            "carry NCCL_TOPO_FILE into")
+    if not _in_containers(target):
+        return []  # enroot's state unknown (its facts could not be read)
     environ = matching(target.settings["runtime_enroot_environ_name"], FILE_NAME,
                        "runtime_enroot_environ_name")
     mount = matching(target.settings["runtime_enroot_mount_name"], FILE_NAME,
