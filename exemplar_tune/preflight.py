@@ -46,10 +46,13 @@ def preflight_hosts(facts_by_host: dict[str, Facts],
         for found in run_checks(facts, profile, layers, stop_at_first_failing_layer):
             kinds[found.id] = found.action_kinds
             results.append(_with_actions(found.to_dict(), facts, host, target))
-        verdicts[host] = {**host_verdict(results, target, host, unreadable(facts)),
+        unread = unreadable(facts)
+        verdicts[host] = {**host_verdict(results, target, host, unread),
                           "counts": counts(results)}
-        hosts[host] = {"status": host_status(results, verdicts[host]["class"]),
-                       "profile": profile["name"], "profile_reason": why, "results": results}
+        hosts[host] = {"status": "unknown" if unread else host_status(
+                           results, verdicts[host]["class"]),
+                       "profile": profile["name"], "profile_reason": why,
+                       "unreadable": unread, "results": results}
     for host, why in sorted((unreachable or {}).items()):
         verdicts[host] = {**host_verdict([], target, host, f"unreachable: {why}"),
                           "counts": counts([])}
@@ -97,11 +100,12 @@ def group_by_check(hosts: dict[str, dict[str, Any]], target: Target | None = Non
     Hosts whose result is the same (check, status, observed, expected, pending reboot) are
     folded into one group with their hostlist (``gpu[01-12]``) and the actions for all of
     them (``kinds``: each check's action kinds); the groups are sorted failing first, then by
-    the check's severity, then by host count (most first).
+    the check's severity, then by host count (most first). A host that could not be read
+    has no finding.
     """
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for host, data in hosts.items():
-        for result in data["results"]:
+        for result in [] if data.get("unreadable") else data["results"]:
             if result["status"] in (FAIL, WARN):
                 key = (result["id"], result["status"],
                        json.dumps([result["observed"], result["expected"],

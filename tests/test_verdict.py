@@ -100,3 +100,12 @@ def test_the_machine_name_selects_the_local_host() -> None:
     assert AnsibleRun("hosts.yml", limit=socket.gethostname()).limit == socket.gethostname()
     out = cli("facts", "--layer", "vm", "--limit", socket.gethostname(), "--quiet")
     assert out.returncode == 0 and "no host matched" not in out.stderr, out.stderr
+
+
+def test_the_drift_alerts_remedy_runs_on_the_host_it_names() -> None:
+    """ExemplarTuneDrift prints 'exemplar-tune audit --details --profile P --limit HOST'; on
+    a local run HOST is the machine's name (the textfile's host label)."""
+    out = cli("audit", "--details", "--profile", "auto", "--limit", socket.gethostname(),
+              "--layer", "runtime", "--quiet")
+    assert out.returncode in (0, 1) and "no host matched" not in out.stderr, out.stderr
+    assert "localhost" in out.stdout

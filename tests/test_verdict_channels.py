@@ -79,7 +79,9 @@ def _xid79(root: Path) -> None:
 
 
 def _untuned(root: Path) -> None:
-    (root / "proc/sys/kernel/numa_balancing").write_text("1\n")
+    """C6 turned off by the OS on every CPU (a tuning preference of the profile, a knob)."""
+    for disable in root.glob("sys/devices/system/cpu/cpu[0-9]*/cpuidle/state3/disable"):
+        disable.write_text("1\n")
 
 
 def _pending_reboot(root: Path) -> None:

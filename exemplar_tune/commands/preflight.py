@@ -171,7 +171,8 @@ def _record(doc: dict, ledger_path: Path | None, profile: dict) -> None:
     with Ledger(ledger_path) as ledger:
         ledger.record_preflight({host: (data["profile"], [r["id"] for r in data["results"]
                                                           if r["status"] == FAIL])
-                                 for host, data in doc["hosts"].items()})
+                                 for host, data in doc["hosts"].items()
+                                 if not data["unreadable"]})  # its failures judge nothing
         doc["repeat_failures"] = repeat_failures(ledger, rule, sorted(doc["hosts"]))
     doc["repeat_offenders"] = {host: sorted(c for c, n in checks.items()
                                             if n >= rule["failures"])

@@ -13,7 +13,7 @@ from exemplar_tune.fleet.hostlist import compress, without_host
 from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made_line
-from exemplar_tune.verdict import HOST_CLASSES
+from exemplar_tune.verdict import HOST_CLASSES, Target
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
 COLOUR = {"fail": "\033[31m", "warn": "\033[33m", "pass": "\033[32m", "skip": "\033[2m",
@@ -57,8 +57,10 @@ def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> s
             lines.append(f"\n### {host}: {status} ({_klass(verdict)})")
             lines += [f"  {line}" for line in verdict_lines(verdict)]
             lines += _host_lines(data["results"], paint)
+    target = Target(**doc.get("target") or {})
     for reason, hosts in fold_reasons(doc["unreachable"]).items():
         lines.append(f"\n### {compress(hosts)}: UNREACHABLE (unknown): {reason}")
+        lines.append(f"  next: investigate: {target.command(['facts'], compress(hosts))}")
     return "\n".join(lines)
 
 
