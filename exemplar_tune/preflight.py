@@ -44,7 +44,7 @@ def preflight_hosts(facts_by_host: dict[str, Facts],
         profile, why = profiles[host]
         results = []
         for found in run_checks(facts, profile, layers, stop_at_first_failing_layer):
-            kinds[found.id] = found.action_kinds
+            kinds[host, found.id] = found.action_kinds
             results.append(_with_actions(found.to_dict(), facts, host, target))
         unread = unreadable(facts)
         verdicts[host] = {**host_verdict(results, target, host, unread),
@@ -94,14 +94,15 @@ def worst(statuses: Any) -> str:
 
 
 def group_by_check(hosts: dict[str, dict[str, Any]], target: Target | None = None,
-                   kinds: dict[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
+                   kinds: dict[tuple[str, str], tuple[str, ...]] | None = None
+                   ) -> list[dict[str, Any]]:
     """Failing and warning checks across hosts, one group per check and finding.
 
     Hosts whose result is the same (check, status, observed, expected, pending reboot) are
     folded into one group with their hostlist (``gpu[01-12]``) and the actions for all of
-    them (``kinds``: each check's action kinds); the groups are sorted failing first, then by
-    the check's severity, then by host count (most first). A host that could not be read
-    has no finding.
+    them (``kinds``: each host's and check's action kinds); the groups are sorted failing
+    first, then by the check's severity, then by host count (most first). A host that could
+    not be read has no finding.
     """
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for host, data in hosts.items():
@@ -122,7 +123,8 @@ def group_by_check(hosts: dict[str, dict[str, Any]], target: Target | None = Non
         LAYER_NAMES.index(g["layer"]), g["id"]))
     return [dict(g, hosts=sorted(g["hosts"]), hostlist=compress(g["hosts"]),
                  count=len(g["hosts"]), total=total,
-                 actions=result_actions(g, (kinds or {}).get(g["id"], ()), compress(g["hosts"]),
+                 actions=result_actions(g, (kinds or {}).get((g["hosts"][0], g["id"]), ()),
+                                        compress(g["hosts"]),
                                         target or Target(), g["pending_reboot"]))
             for g in ordered]
 

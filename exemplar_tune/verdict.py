@@ -61,6 +61,14 @@ class Target:
     sysroot: str | None = None
     profile: str | None = None
 
+    def __post_init__(self) -> None:
+        # a file or directory given relative to where the run was made is named absolutely,
+        # so that the command runs from anywhere (an alert, a timer's journal, another shell)
+        for name in ("inventory", "sysroot", "profile"):
+            value = getattr(self, name)
+            if value and os.path.exists(value):
+                object.__setattr__(self, name, os.path.abspath(value))
+
     def hosts(self, host: str) -> list[str]:
         """The options that select ``host`` (none for this host or a sysroot)."""
         if self.sysroot:
@@ -82,9 +90,7 @@ class Target:
         """What reboots ``host``: the collection's reboot playbook through the inventory (it
         also boots simulated hosts), ``systemctl reboot`` on this host."""
         if self.inventory:
-            inventory = (os.path.abspath(self.inventory) if os.path.exists(self.inventory)
-                         else self.inventory)
-            return playbook_line("reboot", inventory, [host])
+            return playbook_line("reboot", self.inventory, [host])
         if self.sysroot:
             return ""  # a captured tree is not booted
         return "systemctl reboot"
@@ -173,7 +179,7 @@ def _worst(results: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 
 
 def _reason(result: Mapping[str, Any]) -> str:
-    return f"{result['class']} {result['id']}: {result['detail']}"
+    return f"{result['id']}: {result['detail']}"
 
 
 def audit_verdict(data: Mapping[str, Any] | None, target: Target, host: str,

@@ -45,8 +45,8 @@ FIXTURE_STATUSES: dict[tuple[str, str], dict[str, str]] = {
         "gpu.count": PASS, "gpu.product": PASS, "gpu.persistence-mode": PASS,
         "gpu.ecc-uncorrectable": PASS, "gpu.remapped-rows": PASS,
         "gpu.retired-pages-pending": SKIP, "gpu.pcie-link": PASS, "gpu.clock-events": PASS,
-        "gpu.temperature": PASS, "gpu.fabric-state": PASS,
-        "gpu.nvlink-links": SKIP, "gpu.imex": SKIP, "gpu.dcgm-diag": SKIP, "gpu.xids": PASS,
+        "gpu.temperature": PASS, "gpu.fabric-state": PASS,  # nvlink -s captured: 18 links each
+        "gpu.nvlink-links": PASS, "gpu.imex": SKIP, "gpu.dcgm-diag": SKIP, "gpu.xids": PASS,
         "vm.cmdqv": SKIP, "vm.cmdqv-params": SKIP, "vm.iommu-domain": PASS,
     },
     ("gb200-grace-vm", "gb200-grace"): {

@@ -23,7 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exemplar_tune.sim.cluster import create_cluster
-from tests.conftest import REPO
+from tests.conftest import REPO, SYSROOTS
 from tests.test_cli import cli
 
 RULES = REPO / "monitoring" / "exemplar-tune.rules.yml"
@@ -44,15 +44,91 @@ def test_the_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
     (``monitoring/exemplar-tune.rules.test.yml``)."""
     checked = subprocess.run([tool("promtool"), "check", "rules", str(RULES)],
                              capture_output=True, text=True, timeout=120)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, \
+    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, \
         checked.stdout + checked.stderr
     tested = subprocess.run([tool("promtool"), "test", "rules", str(RULE_TESTS)],
                             capture_output=True, text=True, timeout=120, cwd=RULES.parent)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    names = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"]
+    rules = {rule["alert"]: rule for group in yaml.safe_load(RULES.read_text())["groups"]
              for rule in group["rules"]}
+    assert set(rules) == {"ExemplarTuneCheckFailing", "ExemplarTuneRepeatOffender",
+                          "ExemplarTuneUntuned", "ExemplarTunePendingReboot",
+                          "ExemplarTuneDrift", "ExemplarTuneNotChecked", "ExemplarTuneUnknown",
+                          "ExemplarTuneNodeSlow", "ExemplarTuneReportStale",
+                          "ExemplarTuneReportMissing"}
     tests = RULE_TESTS.read_text()
-    assert all(f"alertname: {name}" in tests for name in names)  # every alert has a test
+    assert all(f"alertname: {name}" in tests for name in rules)  # every alert has a test
+    # only health pages; tuning, a pending reboot and unknown warn
+    assert {name for name, rule in rules.items() if rule["labels"]["severity"] == "critical"
+            } == {"ExemplarTuneCheckFailing", "ExemplarTuneRepeatOffender"}
+    for name in ("ExemplarTuneCheckFailing", "ExemplarTuneRepeatOffender"):
+        assert 'class="health"' in rules[name]["expr"], name
+    assert 'class="tuning"' in rules["ExemplarTuneUntuned"]["expr"]
+    assert 'pending_reboot="true"' in rules["ExemplarTunePendingReboot"]["expr"]
+    assert 'class="unknown"' in rules["ExemplarTuneUnknown"]["expr"]
+    assert "{{ $labels.next }}" in rules["ExemplarTuneUntuned"]["annotations"]["description"]
+
+
+def test_the_rules_tell_health_from_tuning_on_what_exemplar_tune_writes(tmp_path: Path) -> None:
+    """promtool unit tests over the series a real preflight of the h100-x86 fixture writes
+    (a failing health check, failing tuning checks, checks that could not be judged): the
+    page names the health check only, and nothing is paged for a host with only tuning
+    failures (its cpu layer) but its untuned verdict warns after an hour."""
+    series = []
+    for name, layers in (("broken", ("gpu", "cpu")), ("untuned", ("cpu",))):
+        out = cli("preflight", "--sysroot", str(SYSROOTS / "h100-x86"), "--profile", "h100-x86",
+                  *(arg for layer in layers for arg in ("--layer", layer)),
+                  "--format", "prometheus")
+        assert out.returncode == 1, out.stderr
+        for family in text_string_to_metric_families(out.stdout.replace(
+                'host="h100-x86"', f'host="{name}"')):
+            for sample in family.samples:
+                if sample.name.startswith(("exemplar_tune_check_status",
+                                           "exemplar_tune_host_verdict")):
+                    labels = ",".join(f'{k}={json.dumps(v)}' for k, v in
+                                      sorted({**sample.labels, "instance": f"{name}:9100",
+                                              "job": "node"}.items()))
+                    series.append({"series": f"{sample.name}{{{labels}}}",
+                                   "values": f"{sample.value:g}x90"})
+    failing = [s["series"] for s in series if s["series"].startswith("exemplar_tune_check_status")
+               and s["values"].startswith("2x")]
+    assert any('class="tuning"' in s and 'severity="high"' in s for s in failing)
+    untuned = ('exemplar_tune_host_verdict{action="apply",class="tuning",command="preflight",'
+               'host="untuned",instance="untuned:9100",job="node",next=')
+    assert any(s["series"].startswith(untuned) for s in series)
+    next_step = next(s["series"] for s in series if s["series"].startswith(untuned)
+                     ).split('next="')[1].split('"')[0]
+    assert next_step.startswith("exemplar-tune apply --layer cpu --sysroot ")
+    (tmp_path / "rules.yml").write_text(RULES.read_text())
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [
+            {"eval_time": "20m", "alertname": "ExemplarTuneCheckFailing", "exp_alerts": [{
+                "exp_labels": {"severity": "critical", "instance": "broken:9100", "job": "node",
+                               "host": "broken", "layer": "gpu", "check": "gpu.remapped-rows",
+                               "class": "health", "pending_reboot": "false"},
+                "exp_annotations": {
+                    "summary": "broken: gpu.remapped-rows fails (health)",
+                    "description": "The exemplar-tune health check gpu.remapped-rows (gpu "
+                    "layer, high severity) has failed on broken for 15 minutes: the node is "
+                    "broken or degrading. On broken, 'exemplar-tune preflight --layer gpu' "
+                    "names the finding and its actions."}}]},
+            {"eval_time": "50m", "alertname": "ExemplarTuneUntuned", "exp_alerts": []},
+            {"eval_time": "70m", "alertname": "ExemplarTuneUntuned", "exp_alerts": [{
+                "exp_labels": {"severity": "warning", "instance": "untuned:9100", "job": "node",
+                               "host": "untuned", "command": "preflight", "class": "tuning",
+                               "action": "apply", "pending_reboot": "false",
+                               "next": next_step},
+                "exp_annotations": {
+                    "summary": "untuned does not meet its profile (tuning)",
+                    "description": "untuned works but has missed a tuning preference of its "
+                    "profile for an hour (preflight): it runs slower than it could. Next step "
+                    f"(apply): {next_step}"}}]},
+            {"eval_time": "70m", "alertname": "ExemplarTuneUnknown", "exp_alerts": []},
+        ]}]}))
+    tested = subprocess.run([tool("promtool"), "test", "rules", "test.yml"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def free_port() -> int:
@@ -118,6 +194,11 @@ def _key(name: str, labels: dict[str, str]) -> str:
     return name + json.dumps(labels, sort_keys=True)
 
 
+def labels_of(stored: dict[str, float], name: str) -> list[dict[str, str]]:
+    """The labels of every stored series of metric ``name``."""
+    return [json.loads(key[len(name):]) for key in stored if key.startswith(name + "{")]
+
+
 def written_series(text: str) -> dict[str, float]:
     return {_key(s.name, s.labels): s.value for family in text_string_to_metric_families(text)
             for s in family.samples}
@@ -155,14 +236,30 @@ def test_prometheus_reads_back_what_exemplar_tune_meant(prometheus, tmp_path: Pa
                                               "status": "unreachable"}) in stored
     stamp = _key("exemplar_tune_run_timestamp_seconds", {"command": "audit"})
     assert abs(stored[stamp] - time.time()) < 120  # before: %g, off by up to an hour
+    # one verdict per host and command: node01 drifts (tuning, apply), node02 was not reached
+    verdicts = {(v["command"], v["host"]): v for v in labels_of(stored,
+                                                                "exemplar_tune_host_verdict")}
+    assert {h: (v["class"], v["action"]) for (c, h), v in verdicts.items() if c == "audit"} == {
+        "node01": ("tuning", "apply"), "node02": ("unknown", "investigate")}
+    assert verdicts[("audit", "node01")]["next"].startswith("exemplar-tune apply --layer ")
+    assert [h for c, h in verdicts if c == "preflight"] == [machine]  # the local preflight's
+    drift = labels_of(stored, "exemplar_tune_knob_drift")
+    assert drift and {(d["profile"], d["inventory"]) for d in drift} == {
+        (str(cluster / "profile.yaml"), str(cluster / "mixed.yml"))}
     rules = api(port, "rules")["groups"][0]["rules"]
-    assert len(rules) == 7 and {r["health"] for r in rules} == {"ok"}, rules
+    assert len(rules) == 10 and {r["health"] for r in rules} == {"ok"}, rules
+    expected = {("ExemplarTuneNotChecked", "node02", "pending"),
+                ("ExemplarTuneUntuned", "node01", "pending"),
+                ("ExemplarTuneDrift", "node01", "pending")}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         alerts = api(port, "alerts")["alerts"]
         waiting = {(a["labels"]["alertname"], a["labels"].get("host"), a["state"])
                    for a in alerts}
-        if ("ExemplarTuneNotChecked", "node02", "pending") in waiting:
+        if expected <= waiting:
             break
         time.sleep(0.5)
-    assert ("ExemplarTuneNotChecked", "node02", "pending") in waiting, alerts
+    assert expected <= waiting, alerts
+    # node02 was not reached: that is ExemplarTuneNotChecked's, not a second alert
+    assert not {(name, host) for name, host, _ in waiting
+                if name == "ExemplarTuneUnknown" and host in ("node01", "node02")}, alerts

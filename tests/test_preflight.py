@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import jsonschema
 import pytest
 import yaml
 
+from exemplar_tune.checks.base import ACTION_KINDS, CLASSES
 from exemplar_tune.profile import PROFILES_DIR
 from tests.conftest import REPO, SYSROOTS
 from tests.test_cli import cli
@@ -32,9 +34,66 @@ def doc_of(out):
 def test_results_are_in_layer_order_and_match_the_schema():
     out = preflight("--sysroot", str(SYSROOTS / "h100-x86"), "--format", "json")
     doc = doc_of(out)
-    layers = [r["layer"] for r in doc["hosts"]["h100-x86"]["results"]]
+    results = doc["hosts"]["h100-x86"]["results"]
+    layers = [r["layer"] for r in results]
     assert layers == sorted(layers, key=ORDER.index)
     assert doc["profile"] == "h100-x86"
+    assert doc["schema_version"] == 2
+    assert doc["target"] == {"inventory": None, "sysroot": str(SYSROOTS / "h100-x86"),
+                             "profile": "auto"}
+
+
+def test_every_result_has_a_class_and_actions_and_the_host_one_verdict():
+    doc = doc_of(preflight("--sysroot", str(SYSROOTS / "h100-x86"), "--format", "json"))
+    results = doc["hosts"]["h100-x86"]["results"]
+    for r in results:
+        assert r["class"] in CLASSES and r["pending_reboot"] is False, r["id"]
+        assert r["actions"] and {a["kind"] for a in r["actions"]} <= set(ACTION_KINDS), r["id"]
+        if r["status"] == "pass" or r["class"] == "not_applicable":
+            assert r["actions"] == [{"kind": "none"}], r["id"]
+        if r["class"] == "unknown":  # it applies and could not be judged: look closer
+            assert r["status"] == "skip" and r["actions"][0]["kind"] == "investigate"
+            assert r["actions"][0]["command"] == shlex.join([
+                "exemplar-tune", "facts", "--layer", r["layer"], "--sysroot",
+                str(SYSROOTS / "h100-x86")])
+        if r["status"] in ("fail", "warn"):
+            assert r["class"] in ("health", "tuning") and r["actions"][0]["kind"] != "none"
+    # a tuning fix is an apply of the layer, the command reaching this very tree
+    persistence = next(r for r in results if r["id"] == "gpu.persistence-mode")
+    assert (persistence["class"], persistence["actions"]) == ("tuning", [{
+        "kind": "apply", "command": "exemplar-tune apply --layer gpu --sysroot "
+        + shlex.quote(str(SYSROOTS / "h100-x86")), "detail": "knob gpu.persistence_mode"}])
+    skipped = {r["class"] for r in results if r["status"] == "skip"}
+    assert skipped == {"not_applicable", "unknown"}  # a skip says which
+    # the summary counts skips as n/a or unknown, and adds up to the results
+    by = {k: sum(1 for r in results if r["status"] == k) for k in ("fail", "warn", "pass")}
+    assert doc["summary"] == {**by, "n/a": sum(r["class"] == "not_applicable" for r in results),
+                              "unknown": sum(r["class"] == "unknown" for r in results)}
+    assert sum(doc["summary"].values()) == len(results)
+    # health before unknown before tuning: the pending row remap decides, reset the GPU
+    verdict = doc["verdicts"]["h100-x86"]
+    assert verdict["class"] == "health" and verdict["pending_reboot"] is False
+    assert verdict["reason"].startswith("gpu.remapped-rows: ")
+    assert [a["kind"] for a in verdict["actions"]] == ["reset_gpu", "replace"]
+    assert verdict["counts"] == doc["summary"]
+
+
+@pytest.mark.parametrize("tree, layers, klass, first, status, code", [
+    ("healthy-h100", (), "ok", "none", "pass", 0),
+    ("h100-x86", ("cpu",), "tuning", "apply", "fail", 1),  # only tuning checks fail there
+    ("h100-x86", ("fabric",), "unknown", "investigate", "unknown", 1),  # not all judged
+    ("h100-x86", ("workload",), "not_applicable", "none", "pass", 0),  # nothing to judge
+    ("gb200-grace-vm", (), "unknown", "investigate", "fail", 1),  # unknown outranks tuning
+])
+def test_the_host_verdict_follows_the_precedence(tree, layers, klass, first, status, code):
+    args = [arg for layer in layers for arg in ("--layer", layer)]
+    out = preflight("--sysroot", str(SYSROOTS / tree), "--profile", "auto", "--format", "json",
+                    *args)
+    doc = doc_of(out)
+    verdict = doc["verdicts"][tree]
+    assert (verdict["class"], verdict["actions"][0]["kind"]) == (klass, first)
+    assert doc["hosts"][tree]["status"] == status
+    assert out.returncode == code  # unknown is never a pass
 
 
 def test_auto_profile_follows_the_arch():
@@ -125,29 +184,62 @@ def test_fleet_groups_hosts_by_failing_check_and_reports_unreachable(tmp_path):
     assert failing, "the two h100-x86 nodes fail checks"
     for group in failing.values():
         assert group["hosts"] == ["node1", "node2"] and group["total"] == 3
+    assert {h: v["class"] for h, v in doc["verdicts"].items()} == {
+        "node1": "health", "node2": "health", "node3": "ok", "node4": "unknown"}
+    assert doc["verdicts"]["node4"]["reason"].startswith("unreachable: ")
+    assert doc["verdicts"]["node4"]["actions"][0] == {
+        "kind": "investigate", "command": f"exemplar-tune facts -i {path} --limit node4",
+        "detail": doc["verdicts"]["node4"]["reason"]}
+    assert doc["target"] == {"inventory": str(path), "sysroot": None, "profile": "h100-x86"}
     table = preflight("-i", str(path), "--profile", "h100-x86").stdout
+    lines = table.splitlines()
+    summary = doc["summary"]
+    assert lines[0] == (f"profile h100-x86; 4 host(s): 2 health, 1 unknown, 1 ok; checks: "
+                        f"{summary['fail']} fail, {summary['warn']} warn, {summary['pass']} "
+                        f"pass, {summary['n/a']} n/a, {summary['unknown']} unknown")
     some = next(iter(failing))
-    assert f"{some}  2/3 hosts  node[1-2]" in table
-    assert "### node4: UNREACHABLE" in table
+    assert f"{some}  2/3 hosts  node[1-2]  ({failing[some]['class']})" in table
+    assert "  FAIL  cpu.deep-cstates-disabled  2/3 hosts  node[1-2]  (tuning)" in lines
+    assert "  FAIL  gpu.remapped-rows  2/3 hosts  node[1-2]  (health)" in lines
+    apply = (f"        next: apply: exemplar-tune apply --layer cpu -i {path} "
+             "--limit 'node[1-2]' --profile h100-x86")
+    assert apply in lines
+    assert not any(line.lstrip().startswith("fix:") for line in lines)
+    assert any(line.startswith("### node4: UNREACHABLE (unknown): ") for line in lines)
+    assert f"  next: investigate: exemplar-tune facts -i {path} --limit node4" in lines
+
+    details = preflight("-i", str(path), "--profile", "h100-x86", "--details").stdout
+    lines = details.splitlines()
+    assert "### node1: FAIL (health)" in lines and "### node3: PASS (ok)" in lines
+    at = lines.index("### node1: FAIL (health)")
+    assert lines[at + 1] == f"  why:  {doc['verdicts']['node1']['reason']}"
+    assert lines[at + 2].startswith("  next: reset_gpu: ")
+    assert lines[lines.index("### node3: PASS (ok)") + 1] == "  next: none"
+    # a skipped check says whether it cannot apply here or could not be judged
+    assert "  n/a   workload.reference: profile sets no workload.reference" in lines
+    assert any(line.startswith("  UNKN  fabric.gpudirect-rdma: ") for line in lines)
+    assert not any(line.startswith("  skip  ") for line in lines)
 
 
 @pytest.mark.parametrize("host, exit_code, findings", [
     ("healthy-h100", 0, []),
     ("h100-x86", 1, [
-        ("gpu.persistence-mode", "fail"), ("gpu.remapped-rows", "fail"), ("gpu.xids", "warn"),
-        ("cpu.deep-cstates-disabled", "fail"), ("cpu.pm-qos-holder", "fail"),
-        ("cpu.housekeeping-overlap", "fail"), ("cpu.irqbalance-banned", "warn"),
-        ("cpu.numa-balancing", "warn"), ("runtime.topo-in-container", "fail")]),
+        ("gpu.persistence-mode", "fail", "tuning"), ("gpu.remapped-rows", "fail", "health"),
+        ("gpu.xids", "warn", "health"), ("cpu.deep-cstates-disabled", "fail", "tuning"),
+        ("cpu.pm-qos-holder", "fail", "tuning"), ("cpu.housekeeping-overlap", "fail", "tuning"),
+        ("cpu.irqbalance-banned", "warn", "tuning"), ("cpu.numa-balancing", "warn", "tuning"),
+        ("runtime.topo-in-container", "fail", "tuning")]),
     ("gb200-grace-vm", 1, [
-        ("vm.cmdqv", "fail"), ("cpu.housekeeping-overlap", "fail"),
-        ("cpu.irqbalance-banned", "warn"), ("cpu.numa-balancing", "warn"),
-        ("runtime.topo-file", "fail")]),
+        ("vm.cmdqv", "fail", "tuning"), ("cpu.housekeeping-overlap", "fail", "tuning"),
+        ("cpu.irqbalance-banned", "warn", "tuning"), ("cpu.numa-balancing", "warn", "tuning"),
+        ("runtime.topo-file", "fail", "tuning")]),
 ])
 def test_fixture_hosts_give_exactly_their_findings_in_layer_order(host, exit_code, findings):
     out = preflight("--sysroot", str(SYSROOTS / host), "--format", "json")
     assert out.returncode == exit_code
     results = doc_of(out)["hosts"][host]["results"]
-    have = [(r["id"], r["status"]) for r in results if r["status"] in ("fail", "warn")]
+    have = [(r["id"], r["status"], r["class"]) for r in results
+            if r["status"] in ("fail", "warn")]
     assert have == findings
     for r in results:
         if r["status"] in ("fail", "warn"):

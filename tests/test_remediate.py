@@ -154,6 +154,15 @@ def test_audit_of_the_fixture_fleet_reports_exactly_their_drift(tmp_path, monkey
         ("cpu", "numa_balancing", ["problem"]), ("runtime", "enroot_topo", ["problem"]),
         ("fabric", "nccl_conf", ["problem"])]
     assert doc["hosts"]["reference"]["changed"] == []
+    # drift is a tuning verdict whose next steps apply each drifting layer, as printed
+    verdict = doc["verdicts"]["problem"]
+    assert verdict["class"] == "tuning" and verdict["pending_reboot"] is False
+    assert [a["command"] for a in verdict["actions"]] == [
+        f"exemplar-tune apply --layer {layer} -i {tmp_path / 'hosts.yml'} --limit problem "
+        f"--profile {tmp_path / 'profile.yaml'}" for layer in ("gpu", "cpu", "runtime", "fabric")]
+    assert {a["kind"] for a in verdict["actions"]} == {"apply"}
+    assert doc["verdicts"]["reference"] == {"class": "ok", "pending_reboot": False, "reason": "",
+                                            "actions": [{"kind": "none"}]}
     assert {name: tree_hash(path) for name, path in hosts.items()} == before
 
 
@@ -202,12 +211,27 @@ def test_a_layer_that_cannot_be_audited_is_never_reported_free_of_drift(tmp_path
     assert "  no drift" not in lines and "  no drift in the layers audited" in lines
     assert "UNREACHABLE" not in text.stdout
 
+    # the host's verdict: it could not be judged in full, never "ok"; nogrub is
+    verdicts = doc["verdicts"]
+    assert verdicts["broken"]["class"] == "unknown" and verdicts["nogrub"]["class"] == "ok"
+    assert verdicts["broken"]["actions"][0]["kind"] == "investigate"
+    assert "cpu.housekeeping: system.slice: hold Slurm job cgroups" in verdicts["broken"]["reason"]
+    assert verdicts["nogrub"]["actions"] == [{"kind": "none"}]
+
     metrics = cli(*args, "--format", "prometheus").stdout
     assert 'exemplar_tune_layer_status{host="broken",layer="cpu",command="audit",' \
         'status="not_audited"} 1' in metrics
     assert 'exemplar_tune_knob_drift{host="broken",layer="cpu"' not in metrics
-    assert 'exemplar_tune_knob_drift{host="broken",layer="vm",knob="vm.iommu_passthrough"} 0' \
-        in metrics
+    # the drift series name the profile and inventory asked for (the alert's remedy)
+    asked = f'profile="{profile}",inventory="{tmp_path / "hosts.yml"}"'
+    assert ('exemplar_tune_knob_drift{host="broken",layer="vm",knob="vm.iommu_passthrough",'
+            f'{asked}}} 0') in metrics
+    assert all(asked in line for line in metrics.splitlines()
+               if line.startswith("exemplar_tune_knob_drift{"))
+    assert ('exemplar_tune_host_verdict{host="broken",command="audit",class="unknown",'
+            'action="investigate",pending_reboot="false",') in metrics
+    assert ('exemplar_tune_host_verdict{host="nogrub",command="audit",class="ok",'
+            'action="none",pending_reboot="false",next="none"} 1') in metrics
     assert ('exemplar_tune_knob_not_applicable{host="nogrub",layer="vm",'
             'knob="vm.iommu_passthrough"} 1') in metrics
     # it answered, and its layer module failed (one layer could not be planned)

@@ -183,10 +183,35 @@ def test_preflight_report_details_findings_only_and_fits_1280_px(tmp_path):
     assert re.search(r"made \d{4}-\d\d-\d\dT[\d:]+Z on \S+ by exemplar-tune ", text)
     for g in doc["groups"]:
         assert f"on <b>{g['hostlist']}</b> ({g['count']} / {g['total']} hosts)" in text
-    for g in doc["groups"]:  # check, status, host count
+    # the headline: hosts by verdict, checks by outcome (skips as n/a or unknown)
+    summary = doc["summary"]
+    assert set(summary) == {"fail", "warn", "pass", "n/a", "unknown"}
+    assert summary["n/a"] and summary["unknown"]
+    assert (f"<p>profile h100-x86; 3 host(s): 2 health, 1 ok; checks: {summary['fail']} fail, "
+            f"{summary['warn']} warn, {summary['pass']} pass, {summary['n/a']} n/a, "
+            f"{summary['unknown']} unknown.</p>") in text
+    for g in doc["groups"]:  # check, status, class, host count
+        pending = ", pending reboot" if g["pending_reboot"] else ""
         assert re.search(rf'<code>{re.escape(g["id"])}</code>.*?<td class="{g["status"]}">'
-                         rf'{g["status"]}</td>\s*<td class="num">{g["count"]} / {g["total"]}',
+                         rf'{g["status"]}<br><span class="muted">{g["class"]}{pending}</span>'
+                         rf'</td>\s*<td class="num">{g["count"]} / {g["total"]}',
                          text, re.S), g["id"]
+    assert {g["class"] for g in doc["groups"]} == {"health", "tuning"}
+    for g in doc["groups"]:  # each finding's next steps, the commands that do them spelt out
+        steps = "; ".join(a["kind"] + (f": <code>{escape(a['command'])}</code>"
+                                       if a.get("command") else "") for a in g["actions"])
+        assert f"<dt>next</dt><dd>{steps}</dd>" in text, g["id"]
+    apply = next(g for g in doc["groups"] if g["id"] == "cpu.deep-cstates-disabled")
+    assert apply["actions"][0]["command"].startswith("exemplar-tune apply --layer cpu -i ")
+    assert apply["actions"][0]["command"].endswith(" --limit 'node[1-2]' --profile h100-x86")
+    # a check skipped says why: n/a where it cannot apply, UNKN where it could not be judged
+    skipped = {r["id"]: r["class"] for data in doc["hosts"].values() for r in data["results"]
+               if r["status"] == "skip"}
+    assert set(skipped.values()) == {"not_applicable", "unknown"}
+    for check, klass in skipped.items():
+        symbol = "UNKN" if klass == "unknown" else "n/a"
+        assert f'<span class="skip">{symbol}</span> <code>{check}</code>' in text, check
+    assert '<span class="skip">skip</span>' not in text
     results = {r["id"]: r for r in doc["hosts"]["node1"]["results"]}
     failing = [r for r in results.values() if r["status"] in ("fail", "warn")]
     for r in failing:

@@ -126,7 +126,7 @@ def test_a_failing_health_check_drains_the_node_with_its_id(cluster):
     log = (cluster.dir / "log" / "slurmd-node4.log").read_text()
     assert "FAIL gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
     assert "FAIL gpu.persistence-mode: " in log and "(tuning, not draining)" in log
-    assert "verdict: health gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
+    assert "verdict: health: gpu.remapped-rows: 00000000:C2:00.0: row remap pending" in log
     assert "; first action: " in log and "pending -> drain and reset the GPU" in log
     assert "drained, Reason=exemplar:health:gpu.remapped-rows" in log
 

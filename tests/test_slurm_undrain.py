@@ -86,7 +86,7 @@ def test_dry_run_checks_and_says_what_it_would_do(out_of_service):
     assert lines[1] == "left alone node3 (Reason=bad fan): drained by someone else: bad fan"
     assert lines[2].startswith(
         "keep node4 (Reason=exemplar:health:gpu.remapped-rows): still out of service: "
-        "exemplar:health:gpu.remapped-rows; verdict: health gpu.remapped-rows: "
+        "exemplar:health:gpu.remapped-rows; verdict: health: gpu.remapped-rows: "
         "00000000:C2:00.0: row remap pending")
     assert "; first action: " in lines[2]
     assert lines[3] == "would run: scontrol update NodeName=node1 State=RESUME"
@@ -124,7 +124,7 @@ def test_a_reserved_node_gets_its_reservation_deleted(cluster):
     assert out.returncode == 1, out.stdout + out.stderr
     assert out.stdout.splitlines()[0].startswith(
         "keep node1 (ReservationName=exemplar-node1): still out of service: "
-        "exemplar:health:gpu.xids; verdict: health gpu.xids: ")
+        "exemplar:health:gpu.xids; verdict: health: gpu.xids: ")
     assert out.stdout.splitlines()[1].startswith(
         "resume node2 (ReservationName=exemplar-node2): passes now; verdict: ")
     assert "scontrol delete ReservationName=exemplar-node2" in out.stdout.splitlines()

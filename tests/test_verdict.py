@@ -109,3 +109,22 @@ def test_the_drift_alerts_remedy_runs_on_the_host_it_names() -> None:
               "--layer", "runtime", "--quiet")
     assert out.returncode in (0, 1) and "no host matched" not in out.stderr, out.stderr
     assert "localhost" in out.stdout
+
+
+def test_a_fleet_group_carries_the_actions_of_its_own_hosts() -> None:
+    """The group of h100-x86 hosts gets their actions, not a passing host's."""
+    from exemplar_tune.preflight import preflight_hosts
+    from exemplar_tune.profile import GIVEN, load_profile
+    facts = {name: facts_from_sysroot(str(SYSROOTS / tree), None)
+             for name, tree in (("node1", "h100-x86"), ("node2", "h100-x86"),
+                                ("node3", "healthy-h100"))}
+    profile = load_profile("h100-x86")
+    doc = preflight_hosts(facts, dict.fromkeys(facts, (profile, GIVEN)), None, False, None,
+                          Target("hosts.yml"))
+    for group in doc["groups"]:
+        own = next(r for r in doc["hosts"][group["hosts"][0]]["results"]
+                   if r["id"] == group["id"])
+        assert [a["kind"] for a in group["actions"]] == [a["kind"] for a in own["actions"]]
+        for step in (a for a in group["actions"] if "command" in a):
+            argv = shlex.split(step["command"])
+            assert argv[argv.index("--limit") + 1] == group["hostlist"], step

@@ -11,7 +11,7 @@ Series (every one a gauge):
 * ``exemplar_tune_host_verdict{host, command, class, action, pending_reboot, next}``: 1, one
   series per host: its one verdict (``ok``, ``health``, ``tuning``, ``not_applicable`` or
   ``unknown``), the kind of its first action and, in ``next``, that action's command line
-  (what the alert rules print);
+  (its kind where it has none: ``reset_gpu``); the alert rules print it;
 * ``exemplar_tune_knob_drift{host, layer, knob, profile, inventory}``: 1 when the host
   differs from the profile's target for that knob, 0 when it does not (audit; every knob of
   the layers audited on that host, except the knobs that do not apply to it); ``profile`` is
@@ -186,7 +186,7 @@ def verdict_samples(command: str, verdicts: Mapping[str, Mapping[str, Any]]
         out.append(("exemplar_tune_host_verdict", {
             "host": host_label(host), "command": command, "class": verdict["class"],
             "action": first["kind"], "pending_reboot": str(verdict["pending_reboot"]).lower(),
-            "next": first.get("command") or first.get("detail") or first["kind"]}, 1))
+            "next": first.get("command") or first["kind"]}, 1))
     return out
 
 

@@ -83,7 +83,7 @@ def describe(action: Mapping[str, str] | None) -> str:
 def verdict_line(verdict: Mapping[str, Any]) -> str:
     """``verdict: <class and reason>; first action: <action>`` of a host verdict."""
     klass, reason = verdict["class"], " ".join((verdict.get("reason") or "").split())
-    said = reason if reason.startswith(f"{klass} ") else f"{klass}: {reason}" if reason else klass
+    said = f"{klass}: {reason}" if reason else klass
     first = verdict["actions"][0] if verdict.get("actions") else None
     return f"verdict: {said}; first action: {describe(first)}"
 

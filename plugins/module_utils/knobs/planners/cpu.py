@@ -310,7 +310,7 @@ def plan_housekeeping(root: Sysroot, target: Target) -> list[Change]:
         raise KnobInputError(", ".join(busy), "hold Slurm job cgroups: confining them would "
                              "squeeze the running jobs onto the housekeeping CPUs. Move the job "
                              "cgroups out of the unit, or set cpu_housekeeping_allow_job_units="
-                             "true to confine anyway. Nothing was changed")
+                             "true to confine anyway")
     changes: list[Change] = [AttrChange(f"sys/fs/cgroup/{u}/cpuset.cpus", listed) for u in units
                              if root.exists(f"sys/fs/cgroup/{u}/cpuset.cpus")]
     changes += [FileChange(f"/etc/systemd/system.control/{u}.d/50-AllowedCPUs.conf",
