@@ -128,3 +128,15 @@ def test_a_fleet_group_carries_the_actions_of_its_own_hosts() -> None:
         for step in (a for a in group["actions"] if "command" in a):
             argv = shlex.split(step["command"])
             assert argv[argv.index("--limit") + 1] == group["hostlist"], step
+
+
+@pytest.mark.parametrize("name", ["preflight", "audit", "slow-nodes", "benchmark"])
+def test_the_schema_command_prints_each_shipped_schema(name: str) -> None:
+    import json
+
+    import jsonschema
+
+    from exemplar_tune.json_schemas import schema
+    out = cli("schema", name)
+    assert out.returncode == 0 and json.loads(out.stdout) == schema(name)
+    jsonschema.Draft202012Validator.check_schema(schema(name))

@@ -29,6 +29,8 @@ def test_wheel_in_fresh_venv(tmp_path):
                  "exemplar_tune/cli.py", "exemplar_tune/profiles/h100-x86.yaml",
                  "exemplar_tune/profiles/schema.json",
                  "exemplar_tune/schemas/preflight-result.schema.json",
+                 "exemplar_tune/schemas/audit-result.schema.json",
+                 "exemplar_tune/schemas/slow-nodes-result.schema.json",
                  "exemplar_tune/checks/cpu.py", "exemplar_tune/diagnose/perf.py",
                  "exemplar_tune/templates/base.html.j2", "exemplar_tune/templates/tune.html.j2",
                  "exemplar_tune/templates/preflight.html.j2",

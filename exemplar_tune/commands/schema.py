@@ -17,7 +17,8 @@ examples:
   exemplar-tune preflight --format json > out.json && check-jsonschema --schemafile \\
       preflight.schema.json out.json
 
-Every document carries schema_version; fields are only ever added within one version.
+Every output document (preflight, audit, slow-nodes) carries schema_version; fields are only
+ever added within one version.
 """
 
 
