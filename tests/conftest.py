@@ -59,6 +59,20 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         fleet.teardown()
 
 
+@pytest.fixture
+def gated_cluster(slurm_cluster, tmp_path: Path):
+    """The module's Slurm cluster with fresh node trees (``cluster.trees``); every node back in
+    service and no exemplar-tune reservation left after the test."""
+    from exemplar_tune.slurm import gate
+    from tests.slurmcluster import node_sysroots
+
+    slurm_cluster.trees = node_sysroots(tmp_path / "nodes")
+    yield slurm_cluster
+    for node in slurm_cluster.node_names:
+        slurm_cluster.run(gate.unreserve_argv(node), check=False)
+    slurm_cluster.resume_all()
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[SlurmCluster]:

@@ -21,7 +21,7 @@ import pytest
 from exemplar_tune.slurm import gate
 from exemplar_tune.slurm.healthcheck import HEALTH_LAYERS, READ_DEADLINE_S, TOTAL_DEADLINE_S
 from exemplar_tune.slurm.nodecheck import BoundedSysroot, read_node
-from tests.slurmcluster import break_gpu, heal, node_sysroots
+from tests.slurmcluster import break_gpu, heal
 
 EXECUTABLE = str(Path(sys.executable).with_name("exemplar-tune"))
 PROFILE = ["--profile", "h100-x86"]
@@ -41,13 +41,9 @@ def health_check(cluster, node, *extra, sysroot=True):
 
 
 @pytest.fixture
-def cluster(slurm_cluster, tmp_path):
-    """Fresh trees (``cluster.trees``); every node back in service, no reservation left."""
-    slurm_cluster.trees = node_sysroots(tmp_path / "nodes")
-    yield slurm_cluster
-    for node in slurm_cluster.node_names:
-        slurm_cluster.run(gate.unreserve_argv(node), check=False)
-    slurm_cluster.resume_all()
+def cluster(gated_cluster):
+    """The cluster with fresh trees (conftest's ``gated_cluster``)."""
+    return gated_cluster
 
 
 @pytest.fixture

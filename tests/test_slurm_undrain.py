@@ -19,7 +19,7 @@ import yaml
 
 from exemplar_tune.slurm import gate as slurm_gate
 from tests.helpers import cli_env
-from tests.slurmcluster import break_gpu, heal, node_sysroots
+from tests.slurmcluster import break_gpu, heal
 
 pytestmark = pytest.mark.system  # slow: real Ansible/Slurm/SSH end to end
 
@@ -42,14 +42,9 @@ def prolog(cluster, trees, node):
 
 
 @pytest.fixture
-def cluster(slurm_cluster, tmp_path):
-    """The cluster with fresh trees (``cluster.trees``); every node back in service and no
-    reservation left after the test."""
-    slurm_cluster.trees = node_sysroots(tmp_path / "nodes")
-    yield slurm_cluster
-    for node in slurm_cluster.node_names:
-        slurm_cluster.run(slurm_gate.unreserve_argv(node), check=False)
-    slurm_cluster.resume_all()
+def cluster(gated_cluster):
+    """The cluster with fresh trees (conftest's ``gated_cluster``)."""
+    return gated_cluster
 
 
 @pytest.fixture
