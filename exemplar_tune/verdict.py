@@ -238,8 +238,3 @@ def counts(results: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             "unknown" if r["class"] == UNKNOWN else "n/a")
         found[key] += 1
     return found
-
-
-def first_action(verdict: Mapping[str, Any]) -> str:
-    """The kind of a verdict's first action."""
-    return verdict["actions"][0]["kind"] if verdict["actions"] else "none"
