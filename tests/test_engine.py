@@ -81,13 +81,12 @@ def test_check_mode_writes_nothing_not_even_the_journal(host):
 
 def test_failure_half_way_puts_back_what_was_changed(host):
     before = (host / "etc/nccl.conf").read_bytes(), tree_hash(host / "sys")
-    (host / "etc/blocked").mkdir()  # a directory where the last change wants a file
-    (host / "etc/blocked/keep").write_text("x")
+    (host / "etc/blocked").write_text("x")  # a file where the last change wants a directory
     root, journal = Sysroot(str(host)), Journal(Sysroot(str(host)), "r2")
     with pytest.raises(ApplyFailed) as err:
-        apply_changes(root, changes() + [FileChange("etc/blocked", b"new\n")], journal, "cpu",
-                      "k", check_mode=False)
-    assert str(err.value).startswith("/etc/blocked: ")
+        apply_changes(root, changes() + [FileChange("etc/blocked/new", b"new\n")], journal,
+                      "cpu", "k", check_mode=False)
+    assert str(err.value).startswith("/etc/blocked/new: ")
     assert "everything this step changed was restored" in str(err.value)
     assert ((host / "etc/nccl.conf").read_bytes(), tree_hash(host / "sys")) == before
     assert not (host / "etc/enroot").exists()

@@ -94,7 +94,8 @@ def test_the_first_matching_row_applies_with_inclusive_bounds_and_wildcards():
 
 def test_the_knob_writes_the_table_restores_it_byte_exact_and_is_idempotent(tmp_path):
     root = copy_sysroot("h100-x86", tmp_path)
-    (root / "etc/nccl_tuner.conf").write_text("# by hand\n")
+    # a table an earlier exemplar-tune wrote (its first line says so): replaced, then put back
+    (root / "etc/nccl_tuner.conf").write_text("# NCCL tuner table written by exemplar-tune\n")
     os.chmod(root / "etc/nccl_tuner.conf", 0o640)
     sysroot, before = Sysroot(str(root)), tree_hash(root)
     profile = {"fabric": {"nccl_tuner": [ROW]}}
@@ -109,6 +110,17 @@ def test_the_knob_writes_the_table_restores_it_byte_exact_and_is_idempotent(tmp_
     assert not run_layer(sysroot, "fabric", profile, {}, journal, False, only)["changed"]
     restore_entries(sysroot, journal, journal.load()["entries"], check_mode=False)
     assert tree_hash(root, EXEMPLAR_STATE) == before  # bytes, modes: as before the run
+
+
+def test_a_table_path_holding_a_file_the_tool_did_not_make_is_refused_before_any_change(
+        tmp_path):
+    root = copy_sysroot("h100-x86", tmp_path)
+    (root / "etc/nccl_tuner.conf").write_text("# by hand\n")
+    before = tree_hash(root)
+    with pytest.raises(LayerFailed, match="holds a file exemplar-tune did not create"):
+        run_layer(Sysroot(str(root)), "fabric", {"fabric": {"nccl_tuner": [ROW]}}, {},
+                  Journal(Sysroot(str(root)), "r1"), False, ["nccl_tuner"])
+    assert tree_hash(root) == before
 
 
 def test_a_bad_row_in_a_profile_fails_the_knob_before_anything_is_written(tmp_path):

@@ -22,7 +22,6 @@ NFS it does not keep controllers on different machines apart (the host claims do
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -32,6 +31,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.bounded_lock import (
+    LockTimeout,
+    lock_exclusive,
+)
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.host_claims import started_at
@@ -87,7 +91,10 @@ def _registry(state_dir: Path | str) -> Iterator[list[dict[str, Any]]]:
                         "hosts records there which hosts it holds (EXEMPLAR_TUNE_STATE_DIR "
                         "names another)") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            lock_exclusive(fd, f"lock registry {path.with_name('registry.lock')}")
+        except LockTimeout as exc:
+            raise UserError(str(exc)) from None
         claims = [c for c in _read(path) if _alive(c)]
         yield claims
         tmp = path.with_name(f".hosts.{os.getpid()}.tmp")

@@ -12,10 +12,11 @@ the cluster's run counter, so repeated runs get independent, reproducible noise.
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.bounded_lock import lock_exclusive
 
 from exemplar_tune.sim.model import collective_times, host_state, is_collective, step_times
 
@@ -46,7 +47,7 @@ def next_run(counter: Path) -> int:
     """Read, increment and store the run counter (safe against concurrent runs)."""
     counter.parent.mkdir(parents=True, exist_ok=True)
     with counter.open("a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        lock_exclusive(handle.fileno(), f"benchmark run counter {counter}")
         handle.seek(0)
         text = handle.read().strip()
         run = int(text) if text else 0

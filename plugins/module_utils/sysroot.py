@@ -148,6 +148,28 @@ class Sysroot:
         if self._record is not None:
             self._record.add("/" + rel.strip("/"))
 
+    def _leaf(self, rel: str) -> str:
+        """Real path of host path ``rel`` with its directories resolved inside the root and its
+        last component not followed (the link itself, when it is one)."""
+        rel = rel.strip("/")
+        parent, _, name = rel.rpartition("/")
+        if name in ("", ".", ".."):
+            raise UnsafePath(self.display(rel), "names no file")
+        if self.live:
+            return "/" + rel
+        return os.path.join(self._resolve_inside(parent) if parent else self.root, name)
+
+    def kind(self, rel: str) -> str | None:
+        """What host path ``rel`` itself is, a link not followed: ``file``, ``symbolic link``,
+        ``directory``, ``FIFO``, ``socket``, ``character device`` or ``block device``; ``None``
+        when it is absent (``NotSupported`` when it cannot be looked at)."""
+        try:
+            return file_kind(os.lstat(self._leaf(rel)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise NotSupported(self.display(rel), exc.strerror or str(exc)) from None
+
     # -- reads ---------------------------------------------------------------------------
 
     def exists(self, rel: str) -> bool:
@@ -161,11 +183,13 @@ class Sysroot:
         """True when the host path is a directory."""
         return os.path.isdir(self.path(rel))
 
-    def read_bytes(self, rel: str, limit: int = MAX_READ) -> bytes:
-        """Bytes of a host file; ``NotSupported`` when it is absent."""
+    def read_bytes(self, rel: str, limit: int = MAX_READ, device: bool = False) -> bytes:
+        """Bytes of a host file; ``NotSupported`` when it is absent or not a regular file (a
+        FIFO, socket or device is never opened, so a read never waits on one). ``device``
+        allows a character device (``/dev/cpu_dma_latency``), opened without waiting."""
         real = self.path(rel)
         try:
-            with open(real, "rb") as handle:
+            with os.fdopen(_open_regular(real, device), "rb") as handle:
                 data = _read_chunks(handle, limit)
         except (FileNotFoundError, NotADirectoryError):
             raise NotSupported(self.display(rel)) from None
@@ -229,6 +253,24 @@ class Sysroot:
         return sorted(path for path in found if os.path.lexists(self.path(path)))
 
     # -- writes (only the knob modules call these) ----------------------------------------
+    #
+    # Every file exemplar-tune creates, replaces or removes on a host goes through here. The
+    # path's directories resolve inside the root; the file itself must be absent or a regular
+    # file: a link (whatever its target), directory, FIFO, socket or device is refused with
+    # ``UnsafePath`` before anything is written.
+
+    def writable_path(self, rel: str) -> str:
+        """The real path to write or remove for host path ``rel``; ``UnsafePath`` when what is
+        there is not a regular file (see above). Planners call it before the first change."""
+        real = self._leaf(rel)
+        kind = self.kind(rel)
+        if kind == "symbolic link":
+            raise UnsafePath(self.display(rel), f"is a symbolic link (to {os.readlink(real)}): "
+                             "exemplar-tune never writes or removes through a link")
+        if kind not in (None, "file"):
+            raise UnsafePath(self.display(rel), f"is a {kind}, not a regular file: exemplar-tune "
+                             "writes only regular files")
+        return real
 
     def write_bytes(self, rel: str, data: bytes, mode: int = 0o644,
                     owner: tuple[int, int] | None = None) -> None:
@@ -237,7 +279,7 @@ class Sysroot:
         The file keeps the owner and group it had (``owner``, ``(uid, gid)``, sets them); a new
         file belongs to the writing user.
         """
-        real = self.path(rel)
+        real = self.writable_path(rel)
         os.makedirs(os.path.dirname(real), exist_ok=True)
         owner = owner or self.file_owner(rel)
         handle, tmp = tempfile.mkstemp(prefix=".exemplar-", dir=os.path.dirname(real))
@@ -261,18 +303,21 @@ class Sysroot:
         ``exact`` writes ``value`` as it is (restore: a value file without a final newline
         stays without one).
         """
-        with open(self.path(rel), "w") as handle:
+        fd = os.open(self.writable_path(rel),
+                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as handle:
             handle.write(value if exact or value.endswith("\n") else value + "\n")
 
     def remove(self, rel: str) -> None:
         """Remove a file; absent is fine."""
+        real = self.writable_path(rel)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(rel))
+            os.unlink(real)
 
     def remove_empty_dir(self, rel: str) -> None:
-        """Remove a directory if it is empty; otherwise (or absent) leave it."""
+        """Remove a directory if it is empty; otherwise (or absent, or a link) leave it."""
         with contextlib.suppress(OSError):
-            os.rmdir(self.path(rel))
+            os.rmdir(self._leaf(rel))
 
     def file_mode(self, rel: str) -> int | None:
         """Permission bits of a file, ``None`` when absent."""
@@ -355,6 +400,38 @@ class Sysroot:
 def filter_environment(env: Mapping[str, str]) -> dict[str, str]:
     """Only the variables the readers use; nothing else (no secrets) ever leaves the host."""
     return {k: v for k, v in env.items() if k.startswith(ENVIRONMENT_PREFIXES)}
+
+
+KINDS = ((stat.S_ISREG, "file"), (stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"),
+         (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+         (stat.S_ISBLK, "block device"))
+
+
+def file_kind(mode: int) -> str:
+    """The kind of file ``mode`` (an ``st_mode``) describes, in words."""
+    return next((name for test, name in KINDS if test(mode)), "special file")
+
+
+def _open_regular(real: str, device: bool = False) -> int:
+    """A descriptor of ``real`` opened for reading when it is a regular file (or, with
+    ``device``, a character device), checked before and after the open; ``O_NONBLOCK``, so
+    nothing swapped in between can make the open wait. ``OSError`` otherwise."""
+    allowed = (stat.S_ISREG, stat.S_ISCHR) if device else (stat.S_ISREG,)
+
+    def check(mode: int) -> None:
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(real)
+        if not any(test(mode) for test in allowed):
+            raise OSError(f"is a {file_kind(mode)}, not a regular file")
+
+    check(os.stat(real).st_mode)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        check(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _read_chunks(handle: BinaryIO, limit: int) -> bytes:

@@ -29,12 +29,14 @@ from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import (
     Journal,
+    created_here,
     decode,
     encode,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     HostStateError,
     NotSupported,
+    UnsafePath,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import selected_choice
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot, run_command
@@ -48,6 +50,9 @@ class FileChange:
     content: bytes | None
     mode: int = 0o644
     owner: tuple[int, int] | None = None  # (uid, gid); None: keep the file's own
+    # a file of exemplar-tune's own (a generated file at a configurable path): what is there
+    # already must be one exemplar-tune made (see :func:`check_destination`)
+    own: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,10 +245,32 @@ def _run(argv: list[str]) -> None:
         raise HostStateError(" ".join(argv), f"exit {out.rc}: {lines[-1] if lines else ''}")
 
 
+MARK = b"exemplar-tune"  # the first line of every file exemplar-tune generates names it
+
+
+def check_destination(root: Sysroot, change: Change) -> None:
+    """Refuse (``UnsafePath``, nothing changed yet) a file or attribute change whose path is
+    not a regular file, and a change of one of exemplar-tune's own files (``own``) whose path
+    holds a file that exemplar-tune did not make: neither marked (:data:`MARK` on its first
+    line) nor recorded as created in a journal on this host."""
+    if not isinstance(change, (FileChange, AttrChange)):
+        return
+    root.writable_path(change.path)
+    if not (isinstance(change, FileChange) and change.own) or root.kind(change.path) is None:
+        return
+    first = root.read_bytes(change.path, limit=4096).split(b"\n", 1)[0]
+    if MARK not in first and not created_here(root, root.display(change.path)):
+        raise UnsafePath(root.display(change.path), "holds a file exemplar-tune did not create "
+                         "(no journal on this host records it); refusing to replace it: name an "
+                         "absent path, or move that file away first")
+
+
 def plan_pending(root: Sysroot, changes: list[Change]) -> list[Change]:
-    """The changes not yet true on the host; a :class:`Regenerate` when one before it is."""
+    """The changes not yet true on the host; a :class:`Regenerate` when one before it is.
+    ``UnsafePath`` when one of them may not be made (:func:`check_destination`)."""
     pending: list[Change] = []
     for change in changes:
+        check_destination(root, change)
         if isinstance(change, Regenerate):
             if any(not isinstance(c, Regenerate) for c in pending):
                 pending.append(change)

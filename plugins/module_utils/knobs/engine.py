@@ -24,6 +24,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import
     Change,
     FileChange,
     apply_knobs,
+    check_destination,
     restore_entries,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
@@ -116,6 +117,8 @@ def plan_layer(root: Sysroot, layer: Layer, profile: dict[str, Any],
         target = knob.target(section, variables, facts, bmc)
         try:
             changes = knob.plan(view, target)
+            for change in changes:
+                check_destination(root, change)
         except NotApplicable as exc:
             planned.append(Planned(knob, target, [], f"{exc.path}: {exc.reason}"))
             continue

@@ -398,7 +398,7 @@ class DropIn(State):
             raise NotApplicable(root.display("run/systemd/system"), why)
         text = (f"# Managed by exemplar-tune (knob {self.layer}.{self.fact}); put back by "
                 f"exemplar-tune restore.\n[{self.section}]\n{self.prop}={value}\n")
-        changes: list[Change] = [FileChange(self.path, text.encode()),
+        changes: list[Change] = [FileChange(self.path, text.encode(), own=True),
                                  service_step("", "daemon-reload", root)]
         if self.restart:
             changes.append(service_step(self.unit, "try-restart", root))

@@ -22,12 +22,12 @@ that reads a :class:`HostClaimed` does (``exemplar_tune.fleet.host_claims``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Collection, Iterator
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.bounded_lock import lock_exclusive
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -96,8 +96,16 @@ def release(root: Sysroot, tokens: Collection[str] | None) -> dict[str, Any] | N
 
 
 def read_claim(root: Sysroot) -> dict[str, Any] | None:
-    """The claim on this host, or None. A file that is not a claim is none (it holds no
-    controller that could be waited for) and is replaced by the next claim."""
+    """The claim on this host, or None. A regular file that is not a claim is none (it holds
+    no controller that could be waited for) and is replaced by the next claim; a link, FIFO,
+    device or directory there is a ``HostStateError`` (never read, written or removed)."""
+    kind = root.kind(CLAIM)
+    if kind is None:
+        return None
+    if kind != "file":
+        raise HostStateError(root.display(CLAIM), f"is a {kind}, not a claim: exemplar-tune "
+                             "reads, writes and removes only regular files there; nothing was "
+                             "changed (remove it to let exemplar-tune claim this host)")
     text = root.read_optional(CLAIM)
     try:
         data = json.loads(text) if text else None
@@ -121,7 +129,7 @@ def _locked(root: Sysroot) -> Iterator[None]:
     except OSError as exc:
         raise _unclaimable(root, exc) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_exclusive(fd, root.display(os.path.dirname(CLAIM)))
         yield
     except OSError as exc:
         raise _unclaimable(root, exc) from None

@@ -99,3 +99,17 @@ class Journal:
 def list_runs(root: Sysroot) -> list[str]:
     """Run ids that have a journal on this host, oldest first by name."""
     return [name[:-5] for name in root.listdir(JOURNAL_DIR) if name.endswith(".json")]
+
+
+def created_here(root: Sysroot, path: str) -> bool:
+    """True when a journal on this host records that a run created host path ``path`` (an
+    entry for a file that did not exist before)."""
+    for run_id in list_runs(root):
+        try:
+            entries = Journal(root, run_id).load()["entries"]
+        except HostStateError:
+            continue
+        if any(isinstance(e, dict) and e.get("kind") == "file" and e.get("path") == path
+               and not e.get("existed", True) for e in entries):
+            return True
+    return False

@@ -39,7 +39,8 @@ def parse_dma_latency(data: bytes, source: str = "/dev/cpu_dma_latency") -> int:
 
 def read_dma_latency(root: Sysroot) -> int:
     """The aggregate CPU latency request in µs; ``NotSupported`` when absent or unreadable."""
-    return parse_dma_latency(root.read_bytes(DMA_LATENCY, limit=16), root.display(DMA_LATENCY))
+    data = root.read_bytes(DMA_LATENCY, limit=16, device=True)
+    return parse_dma_latency(data, root.display(DMA_LATENCY))
 
 
 def parse_resume_latency(text: str, source: str = "pm_qos_resume_latency_us") -> int | str:

@@ -158,7 +158,7 @@ def plan_deep_cstates(root: Sysroot, target: Target) -> list[Change]:
     if any(s.get("name") in names and s.get("default_status") == "disabled" for s in states):
         path = clean_path(target.settings["cpu_cstates_udev_rule_path"],
                           "cpu_cstates_udev_rule_path")
-        changes.append(FileChange(path, udev_rule(names, sorted(indices))))
+        changes.append(FileChange(path, udev_rule(names, sorted(indices)), own=True))
     return changes
 
 
@@ -189,7 +189,7 @@ def plan_tuned_profile(root: Sysroot, target: Target) -> list[Change]:
             "exemplar-tune restore.\n[main]\n"
             f"summary={', '.join(active)} without force_latency (deep C-states allowed)\n"
             f"include={','.join(active)}\n\n[cpu]\nforce_latency=none\n")
-    return [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode()),
+    return [FileChange(f"/etc/tuned/{child}/tuned.conf", conf.encode(), own=True),
             *plan_switch(root, [child])]
 
 

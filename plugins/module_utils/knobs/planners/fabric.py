@@ -45,4 +45,4 @@ def plan_nccl_tuner(root: Sysroot, target: Target) -> list[Change]:
     path = clean_path(target.settings["fabric_nccl_tuner_path"], "fabric_nccl_tuner_path")
     text = nccl_tuner.render(rows, "NCCL tuner table written by exemplar-tune (fabric.nccl_tuner);"
                              " the first matching row applies")
-    return [FileChange(path, text.encode(), root.file_mode(path) or 0o644)]
+    return [FileChange(path, text.encode(), root.file_mode(path) or 0o644, own=True)]

@@ -61,7 +61,7 @@ def plan_topo_file(root: Sysroot, target: Target) -> list[Change]:
     changes: list[Change] = []
     if content:
         checked_topology(content, path)
-        changes.append(FileChange(path, content.encode(), mode))
+        changes.append(FileChange(path, content.encode(), mode, own=True))
     elif not root.exists(path):
         raise KnobInputError(path, "absent on this host and no topology was given: set "
                              "runtime_topo_source (or the profile's runtime.topo_source)")
@@ -116,7 +116,8 @@ def plan_enroot_topo(root: Sysroot, target: Target) -> list[Change]:
                        "runtime_enroot_environ_name")
     mount = matching(target.settings["runtime_enroot_mount_name"], FILE_NAME,
                      "runtime_enroot_mount_name")
-    return [FileChange(f"{sysconf}/environ.d/{environ}", f"NCCL_TOPO_FILE={path}\n".encode()),
+    return [FileChange(f"{sysconf}/environ.d/{environ}", f"NCCL_TOPO_FILE={path}\n".encode(),
+                       own=True),
             FileChange(f"{sysconf}/mounts.d/{mount}",
                        f"{path} {path} none x-create=file,bind,ro,nosuid,nodev,noexec,"
-                       "private\n".encode())]
+                       "private\n".encode(), own=True)]
