@@ -30,6 +30,7 @@ from exemplar_tune.errors import (
 from exemplar_tune.ledger import Ledger, default_path as default_ledger_path, next_steps
 from exemplar_tune.progress import set_quiet
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
+from exemplar_tune.terminal import EscapingFormatter, escape, guarded
 
 QUIET_HELP = ("no progress on stderr (bars on a terminal, a line per step elsewhere); "
               "results and errors still print")
@@ -85,18 +86,27 @@ def _warn_unfinished(args: argparse.Namespace) -> None:
         return
     for exp in unfinished:
         if exp.get("controller_alive") is False:
-            print(f"exemplar-tune: experiment {exp['id']} did not finish (its controller "
-                  f"died): {next_steps(exp)}", file=sys.stderr)
+            print(escape(f"exemplar-tune: experiment {exp['id']} did not finish (its "
+                         f"controller died): {next_steps(exp)}"), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``exemplar-tune`` script: every outcome is one line and an exit code
-    (``--help`` epilog), never a traceback."""
+    (``--help`` epilog), never a traceback. Standard output and error are guarded for the whole
+    run (:func:`exemplar_tune.terminal.guarded`): no control character but newline and tab
+    reaches them except the tool's own colours and bars."""
+    with guarded():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     set_quiet(args.quiet)
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        handlers=[handler])
     try:
         _warn_unfinished(args)
         code = args.func(args)
@@ -149,8 +159,10 @@ def _stdout_closed() -> bool:
 
 
 def _error(message: str) -> None:
+    """``message`` as the one line of an error: whatever file name, host name or claim field
+    it carries is escaped (:func:`~exemplar_tune.terminal.escape`)."""
     with contextlib.suppress(OSError):
-        print(f"exemplar-tune: error: {message}", file=sys.stderr)
+        print(f"exemplar-tune: error: {escape(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ On a terminal an Ansible run shows a live bar per task (``rich``): hosts done of
 the task, elapsed time and an estimate. Elsewhere (logs, CI, Slurm) each step is one plain
 line when it starts and one when it ends, with a line every :data:`HEARTBEAT_S` seconds in
 between, so a long step never looks hung. ``--quiet`` (:func:`set_quiet`) silences all of it;
-stdout, the result, is never touched.
+stdout, the result, is never touched. Every line and task name is shown escaped
+(:func:`exemplar_tune.terminal.escape`): a host's or a file's text never moves the cursor.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from rich.progress import (
 )
 from rich.table import Column
 
+from exemplar_tune.terminal import escape, raw
+
 HEARTBEAT_S = 30.0
 _state = {"quiet": False, "ansible": True}
 
@@ -42,9 +45,10 @@ def show_ansible_steps(shown: bool) -> None:
 
 
 def say(text: str, stream: TextIO | None = None) -> None:
-    """One progress line on stderr, unless quiet."""
+    """One progress line on stderr (``text`` escaped: one line whatever it holds), unless
+    quiet."""
     if not _state["quiet"]:
-        print(text, file=stream or sys.stderr, flush=True)
+        print(escape(text), file=stream or sys.stderr, flush=True)
 
 
 class HostProgress:
@@ -95,14 +99,14 @@ class HostProgress:
         self.step_started = self.beat = time.monotonic()
         if self.live:
             name_column = Column(max_width=40, no_wrap=True, overflow="ellipsis")
-            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}",
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False,
                                                             table_column=name_column),
                                 BarColumn(bar_width=20),
                                 MofNCompleteColumn(), TextColumn("hosts"), TimeElapsedColumn(),
-                                TimeRemainingColumn(), console=Console(file=self.stream),
+                                TimeRemainingColumn(), console=Console(file=raw(self.stream)),
                                 transient=False)
             self.bar.start()
-            self.bar_task = self.bar.add_task(f"{self.label}: {name}", total=self.total)
+            self.bar_task = self.bar.add_task(escape(f"{self.label}: {name}"), total=self.total)
         else:
             say(f"{self.label}: {name} ...", self.stream)
 

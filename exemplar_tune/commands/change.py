@@ -49,6 +49,7 @@ from exemplar_tune.reports.change import (
 from exemplar_tune.reports.prometheus import audit_text, write_atomically
 from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
+from exemplar_tune.terminal import escape, join_lines
 from exemplar_tune.verdict import Target, audit_verdict
 
 AUDIT_SCHEMA_VERSION = 1  # of schemas/audit-result.schema.json
@@ -313,8 +314,8 @@ def cmd_abandon(args: argparse.Namespace) -> int:
                 raise UserError("abandon asks for confirmation: run it in a terminal, or add "
                                 "--yes")
             try:
-                answer = input(f"abandon experiment {exp['id']} ({exp['status']}); hosts it "
-                               "changed stay changed. Type 'abandon' to confirm: ")
+                answer = input(escape(f"abandon experiment {exp['id']} ({exp['status']}); hosts "
+                                      "it changed stay changed. Type 'abandon' to confirm: "))
             except EOFError:
                 answer = ""
             if answer.strip() != "abandon":
@@ -323,8 +324,8 @@ def cmd_abandon(args: argparse.Namespace) -> int:
         ledger.log_event(exp["id"], "warning", f"abandoned by {_who()} (was {exp['status']}); "
                          "hosts it changed were not restored")
         ledger.finish(exp["id"], "failed")
-    print(f"experiment {exp['id']} abandoned (marked failed); 'exemplar-tune rollback --run "
-          f"{exp['id']}' still restores a host that comes back")
+    print(escape(f"experiment {exp['id']} abandoned (marked failed); 'exemplar-tune rollback "
+                 f"--run {exp['id']}' still restores a host that comes back"))
     return EXIT_OK
 
 
@@ -402,5 +403,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _emit(args: argparse.Namespace, doc: dict[str, Any], lines: list[str],
           schema: str | None = None) -> None:
+    """``doc`` as JSON, or ``lines`` as text, each escaped (a host's file, error or name
+    shows what it holds and never starts a line)."""
     print(json.dumps(checked(doc, schema) if schema else doc, indent=2)
-          if args.format == "json" else "\n".join(lines))
+          if args.format == "json" else join_lines(lines))

@@ -29,6 +29,7 @@ from exemplar_tune.progress import say, show_ansible_steps
 from exemplar_tune.sim.cluster import create_cluster
 from exemplar_tune.sim.coll_log import coll_log_lines
 from exemplar_tune.sim.model import load_scenario, shipped_scenarios
+from exemplar_tune.terminal import join_lines
 
 SLOW_FLEET_SCENARIO = "h100-qps-incumbent"
 SLOW_FLEET_HOSTS = 8
@@ -162,8 +163,9 @@ def _fabric_summary(state: Path) -> None:
     with Ledger(state / "ledger.sqlite3") as ledger:
         sweep = (ledger.show(experiment)["experiment"]["summary"] or {}).get("sweep") or {}
     validation = sweep.get("validation") or {}
-    print(f"## Fabric (sweep {experiment})\n\nChosen: {sweep.get('chosen')}; on the "
-          f"training shapes: {validation.get('action', 'not validated')}.")
+    print(join_lines([f"## Fabric (sweep {experiment})", "",
+                      f"Chosen: {sweep.get('chosen')}; on the training shapes: "
+                      f"{validation.get('action', 'not validated')}."]))
     print_gap(validation.get("gap") or {})
 
 

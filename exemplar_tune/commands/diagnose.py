@@ -17,6 +17,7 @@ from exemplar_tune.diagnose import (
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.inputs import MAX_INPUT
 from exemplar_tune.sim.fabric import parse_size
+from exemplar_tune.terminal import escape, join_lines
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -102,7 +103,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise UserError(errors[0] if len(errors) == 1 else
                         f"none of the {len(errors)} files could be read: {'; '.join(errors)}")
     for error in errors:
-        print(f"exemplar-tune: skipped {error}", file=sys.stderr)
+        print(escape(f"exemplar-tune: skipped {error}"), file=sys.stderr)
     try:
         comparison = compare_reports(reports) if args.compare else None
     except DiagnoseError as exc:
@@ -112,12 +113,14 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         print(json.dumps({"reports": docs, "comparison": comparison, "skipped": errors},
                          indent=2))
     else:
-        print(_diagnose_table(docs, comparison) + "".join(f"\n== skipped: {e}" for e in errors))
+        print(_diagnose_table(docs, comparison, errors))
     failing = any(d["status"] == "fail" for d in docs)
     return EXIT_FINDINGS if failing or errors else EXIT_OK
 
 
-def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
+def _diagnose_table(docs: list[dict], comparison: dict | None, errors: list[str]) -> str:
+    """The reports as text, one line per finding and evidence, then the comparison and the
+    files skipped; every line escaped (a file name or a captured line shows what it holds)."""
     lines = []
     for doc in docs:
         lines.append(f"== {doc['source']} ({doc['kind']}): {doc['status'].upper()}")
@@ -128,4 +131,4 @@ def _diagnose_table(docs: list[dict], comparison: dict | None) -> str:
     for coll in (comparison or {}).get("collectives", []):
         lines.append(f"== {coll['text']}" if "text" in coll else f"== {coll['collective']}: "
                      f"busbw ratio (geometric mean) {coll['geomean_ratio']}")
-    return "\n".join(lines)
+    return join_lines(lines + [f"== skipped: {e}" for e in errors])

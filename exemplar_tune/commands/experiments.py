@@ -24,6 +24,7 @@ from exemplar_tune.reports import sweep as sweep_report
 from exemplar_tune.reports.experiment import html_page, markdown, show_lines
 from exemplar_tune.reports.provenance import made
 from exemplar_tune.signals import graceful_stop
+from exemplar_tune.terminal import escape, join_lines
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -141,7 +142,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         with claim_hosts(runner(args), "resume"), graceful_stop():
             end_leftovers(ledger, experiment)
             ledger.resume_experiment(experiment)
-            print(f"experiment {experiment} resumed")
+            print(escape(f"experiment {experiment} resumed"))
             todo = [(layer, layer in seen) for layer in options["layers"] if layer not in done]
             with recorded(ledger, experiment), reaper.tagged(experiment):
                 return walk_layers(ledger, experiment, args, profile, specs, todo)
@@ -184,10 +185,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not rows:
         print("no experiments recorded yet (tune, apply and sweep record theirs)")
         return EXIT_OK
-    print(f"{'experiment':<21} {'kind':<5} {'status':<11} {'started (UTC)':<27} profile")
-    for row in rows:
-        print(f"{row['id']:<21} {row['kind']:<5} {row['status']:<11} {row['started_at']:<27} "
-              f"{row['profile_name']}")
+    print(join_lines([f"{'experiment':<21} {'kind':<5} {'status':<11} {'started (UTC)':<27} "
+                      "profile"]
+                     + [f"{row['id']:<21} {row['kind']:<5} {row['status']:<11} "
+                        f"{row['started_at']:<27} {row['profile_name']}" for row in rows]))
     return EXIT_OK
 
 
@@ -200,7 +201,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         doc["made"] = made(doc["experiment"]["profile_name"])
         print(json.dumps(doc, indent=2, default=str))
         return EXIT_OK
-    print("\n".join(show_lines(doc)))
+    print(join_lines(show_lines(doc)))
     return EXIT_OK
 
 
@@ -220,5 +221,5 @@ def cmd_report(args: argparse.Namespace) -> int:
         output_file(args.output).write_text(text)
     except OSError as exc:
         raise UserError(f"report --output {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote {args.output}")
+    print(escape(f"wrote {args.output}"))
     return EXIT_OK

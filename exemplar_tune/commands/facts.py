@@ -15,6 +15,7 @@ from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet.majority import differences
 from exemplar_tune.reports.facts_table import facts_table
 from exemplar_tune.snapshot import take_snapshot
+from exemplar_tune.terminal import escape, join_lines
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -94,9 +95,9 @@ def cmd_facts(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         for host, facts in hosts.items():
-            print(f"### {host}\n{facts_table(facts, args.sources)}")
+            print(f"### {escape(host)}\n{facts_table(facts, args.sources)}")
         for host, reason in missing.items():
-            print(f"### {host}: NOT GATHERED: {reason}")
+            print(escape(f"### {host}: NOT GATHERED: {reason}"))
     return EXIT_FINDINGS if missing else EXIT_OK
 
 
@@ -107,19 +108,18 @@ def _print_differences(args: argparse.Namespace, hosts: dict[str, dict],
         print(json.dumps({"hosts": len(hosts), "differences": [d.to_dict() for d in found],
                           "unreachable": missing}, indent=2))
         return
-    print(f"{len(hosts)} hosts compared with each other: "
-          + (f"{len(found)} fact(s) differ, rarest first" if found else "no fact differs"))
-    for difference in found:
-        print(f"  {difference.line()}")
-    for host, reason in missing.items():
-        print(f"  {host}: NOT GATHERED: {reason}")
+    print(join_lines([f"{len(hosts)} hosts compared with each other: "
+                      + (f"{len(found)} fact(s) differ, rarest first" if found
+                         else "no fact differs"),
+                      *(f"  {difference.line()}" for difference in found),
+                      *(f"  {host}: NOT GATHERED: {reason}" for host, reason in missing.items())]))
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """``exemplar-tune snapshot``."""
     manifest = take_snapshot(args.output)
     skipped = [name for name, c in manifest["commands"].items() if not c["captured"]]
-    print(f"wrote {args.output}: {manifest['entries']} entries, "
-          f"{len(manifest['commands']) - len(skipped)} command outputs"
-          + (f" (not captured: {', '.join(skipped)})" if skipped else ""))
+    print(escape(f"wrote {args.output}: {manifest['entries']} entries, "
+                 f"{len(manifest['commands']) - len(skipped)} command outputs"
+                 + (f" (not captured: {', '.join(skipped)})" if skipped else "")))
     return EXIT_OK

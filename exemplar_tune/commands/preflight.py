@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYER_NAMES
@@ -26,6 +27,7 @@ from exemplar_tune.progress import say
 from exemplar_tune.reports.npd import npd_result
 from exemplar_tune.reports.preflight import html_report, markdown, table, use_colour
 from exemplar_tune.reports.prometheus import preflight_text, write_atomically
+from exemplar_tune.terminal import escape, join_lines, raw
 from exemplar_tune.verdict import Target
 
 
@@ -227,9 +229,9 @@ def cmd_offenders(args: argparse.Namespace) -> int:
               f"{rule['runs']:g} recorded runs in {rule['days']:g} days; "
               f"{' and '.join(classes)} checks)")
     else:
-        for group in found:
-            print(f"{group['check']:<32} {group['class']:<7} {group['failures']}/"
-                  f"{group['runs']} runs  {group['count']} host(s)  {group['hostlist']}")
+        print(join_lines(f"{group['check']:<32} {group['class']:<7} {group['failures']}/"
+                         f"{group['runs']} runs  {group['count']} host(s)  {group['hostlist']}"
+                         for group in found))
     return 1 if found else 0
 
 
@@ -256,8 +258,9 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
             "html": lambda: html_report(doc),
             "table": lambda: table(doc, stream_colour, args.details),
             "prometheus": lambda: preflight_text(doc)}[args.format]()
-    if args.output is None:
-        print(text, end="" if text.endswith("\n") else "\n")
+    if args.output is None:  # the table's colours pass the guard: its values are escaped
+        print(text, end="" if text.endswith("\n") else "\n",
+              file=raw(sys.stdout) if stream_colour and args.format == "table" else sys.stdout)
         return
     if args.format == "prometheus":
         write_atomically(args.output, text)
@@ -266,4 +269,4 @@ def _emit(doc: dict, args: argparse.Namespace) -> None:
         output_file(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))
     except OSError as exc:
         raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote {args.output}")
+    print(escape(f"wrote {args.output}"))

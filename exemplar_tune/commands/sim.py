@@ -18,6 +18,7 @@ from exemplar_tune.sim.coll_log import coll_log_lines
 from exemplar_tune.sim.fabric import parse_size
 from exemplar_tune.sim.hosts import FAULTS
 from exemplar_tune.sim.model import load_scenario, shipped_scenarios
+from exemplar_tune.terminal import escape, join_lines
 
 SIM_EPILOG = """examples:
   exemplar-tune sim create /tmp/c --scenario gb300-exemplar-gap --hosts 4 --seed 1
@@ -110,14 +111,14 @@ def cmd_sim_create(args: argparse.Namespace) -> int:
                               host_faults=host_faults)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    print(f"created {args.directory}: scenario {info['scenario']}, {len(info['hosts'])} host(s) "
-          f"({info['hosts'][0]} .. {info['hosts'][-1]}), seed {info['seed']}")
-    print(f"  inventory {args.directory / 'inventory.yml'}, profile "
-          f"{args.directory / 'profile.yaml'}, benchmarks {args.directory / 'bench.yaml'}")
     faults = yaml.safe_load((args.directory / "scenario.yaml").read_text())["faults"]
-    print(f"  faults: {', '.join(faults) or 'none'} (known: {', '.join(FAULTS)})")
-    for host, extra in host_faults.items():
-        print(f"  {host} also: {', '.join(extra)}")
+    print(join_lines([
+        f"created {args.directory}: scenario {info['scenario']}, {len(info['hosts'])} host(s) "
+        f"({info['hosts'][0]} .. {info['hosts'][-1]}), seed {info['seed']}",
+        f"  inventory {args.directory / 'inventory.yml'}, profile "
+        f"{args.directory / 'profile.yaml'}, benchmarks {args.directory / 'bench.yaml'}",
+        f"  faults: {', '.join(faults) or 'none'} (known: {', '.join(FAULTS)})",
+        *(f"  {host} also: {', '.join(extra)}" for host, extra in host_faults.items())]))
     return EXIT_OK
 
 
@@ -155,5 +156,5 @@ def cmd_sim_boot(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     for host in hosts:
-        print(f"{host}: booted: {boot(args.directory / 'hosts' / host)}")
+        print(escape(f"{host}: booted: {boot(args.directory / 'hosts' / host)}"))
     return EXIT_OK

@@ -33,6 +33,7 @@ from exemplar_tune.orchestration.stats import CONFIDENCE
 from exemplar_tune.progress import say
 from exemplar_tune.reports.html import render as render_html
 from exemplar_tune.reports.prometheus import slow_nodes_text, write_atomically
+from exemplar_tune.terminal import join_lines
 from exemplar_tune.verdict import Target, slow_verdict
 
 SCHEMA_VERSION = 1  # of schemas/slow-nodes-result.schema.json
@@ -150,9 +151,9 @@ def _report_lost(args: argparse.Namespace, measured: str, missing: dict[str, str
         doc = _document(args, measured, [], None, missing, lost)
         _write(args, json.dumps(checked(doc, "slow-nodes"), indent=2) + "\n")
     elif args.format == "table":
-        _write(args, "\n".join(lines) + "\n")
+        _write(args, join_lines(lines) + "\n")
     else:
-        print("\n".join(lines), file=sys.stderr)
+        print(join_lines(lines), file=sys.stderr)
     return EXIT_FINDINGS
 
 
@@ -203,4 +204,4 @@ def _table(doc: dict, verdicts: list[HostVerdict]) -> str:
     rest = [v.host for v in verdicts if not v.slow]
     slow = sum(v.slow for v in verdicts)
     lines.append(f"  {slow} slow; within the fleet: {compress(rest) or 'none'}")
-    return "\n".join(lines) + "\n"
+    return join_lines(lines) + "\n"

@@ -19,6 +19,7 @@ from exemplar_tune.slurm import nodes, undrain
 from exemplar_tune.slurm.commands import SlurmError, expand_hostlist
 from exemplar_tune.slurm.gate import ACTIONS
 from exemplar_tune.slurm.inventory import InventoryError, host_nodes
+from exemplar_tune.terminal import escape, join_lines
 
 SLURM_EPILOG = """examples:
   exemplar-tune preflight -i hosts.yml --format json --output fleet.json
@@ -196,7 +197,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     except SlurmError as exc:
         if not args.dry_run:
             return _unreachable(exc)
-        print(f"node states unknown ({exc}): planning as if every node were in service")
+        print(escape(f"node states unknown ({exc}): planning as if every node were in service"))
         current = None
     plan = nodes.plan_drain(failing, mapping, current)
     return _execute(plan, args.dry_run, "slurm drain")
@@ -240,7 +241,7 @@ def _undrain_report(found: list[undrain.Entry], failed: list[str],
     if args.format == "json":
         print(json.dumps(undrain.as_json(found, failed, args.dry_run), indent=2))
     else:
-        print("\n".join(undrain.lines(found, failed, args.dry_run)))
+        print(join_lines(undrain.lines(found, failed, args.dry_run)))
     return EXIT_FINDINGS if undrain.stay(found) else EXIT_OK
 
 
@@ -254,5 +255,5 @@ def _execute(plan: nodes.Plan, dry_run: bool, command: str) -> int:
 
 def _unreachable(exc: SlurmError) -> int:
     """Slurm could not be asked (no client, no controller): like an unreachable host, exit 1."""
-    print(f"exemplar-tune: error: cannot reach Slurm: {exc}", file=sys.stderr)
+    print(escape(f"exemplar-tune: error: cannot reach Slurm: {exc}"), file=sys.stderr)
     return EXIT_FINDINGS

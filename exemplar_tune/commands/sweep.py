@@ -66,6 +66,7 @@ from exemplar_tune.progress import say
 from exemplar_tune.reports.provenance import made
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
+from exemplar_tune.terminal import escape, join_lines
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -379,19 +380,19 @@ def _print_per_size(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         return
     rows = doc["tuner_rows"]
     kept = (doc["validation"] or {}).get("action") == "keep"
-    print(f"sweep {doc['experiment']} per message size: {len(rows)} tuner row(s); "
-          + ("the hosts load the table (kept by the validation)" if kept
-             else "the hosts are as they were"))
+    print(escape(f"sweep {doc['experiment']} per message size: {len(rows)} tuner row(s); "
+                 + ("the hosts load the table (kept by the validation)" if kept
+                    else "the hosts are as they were")))
     for size in doc["sizes"]:
         est = size["estimate"]
         won = (f"{size['chosen']} {est['rel_change']:+.2%} [{est['ci_low']:+.2%}, "
                f"{est['ci_high']:+.2%}]" if size["chosen"] else "NCCL's own choice stays")
-        print(f"  {size['collective']} {nccl_tests.human(size['size']):>8}: {won} "
-              f"({size['rounds']} rounds)")
+        print(escape(f"  {size['collective']} {nccl_tests.human(size['size']):>8}: {won} "
+                     f"({size['rounds']} rounds)"))
     _print_validation(doc["validation"])
     if rows:
-        print("  deploy: " + " ".join(f"{k}={v}" for k, v in doc["deploy"].items())
-              + f" with the table at {DEFAULT_TABLE} (README \"Per-size tuner table\")")
+        print(escape("  deploy: " + " ".join(f"{k}={v}" for k, v in doc["deploy"].items())
+                     + f" with the table at {DEFAULT_TABLE} (README \"Per-size tuner table\")"))
     _print_tail(args, doc, [args.write_tuner] + ([args.write_profile] if rows else []))
 
 
@@ -399,22 +400,23 @@ def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
     if args.format == "json":
         print(json.dumps(doc, indent=2))
         return
-    print(f"sweep {doc['experiment']}: {doc['incumbent']} -> {doc['chosen']}")
+    lines = [f"sweep {doc['experiment']}: {doc['incumbent']} -> {doc['chosen']}"]
     for step in doc["steps"]:
-        print(f"  {step['step']}: {step['outcome'].upper()} {step['chosen']} after "
-              f"{step['rounds']} rounds")
+        lines.append(f"  {step['step']}: {step['outcome'].upper()} {step['chosen']} after "
+                     f"{step['rounds']} rounds")
         for arm in step["arms"]:
             gone = f"  ({arm['eliminated']})" if arm["eliminated"] else ""
-            print(f"    {arm['arm']:<40} {arm['rel_change']:+7.2%} [{arm['ci_low']:+.2%}, "
-                  f"{arm['ci_high']:+.2%}] {arm['runs']} runs{gone}")
+            lines.append(f"    {arm['arm']:<40} {arm['rel_change']:+7.2%} [{arm['ci_low']:+.2%}, "
+                         f"{arm['ci_high']:+.2%}] {arm['runs']} runs{gone}")
+    print(join_lines(lines))
     _print_validation(doc["validation"])
     _print_tail(args, doc, [args.write_profile])
 
 
 def _print_validation(validation: dict[str, Any] | None) -> None:
     if validation:
-        print(f"  validation on training ({validation['experiment']}): "
-              f"{validation['action'].upper()}: {validation['reason']}")
+        print(escape(f"  validation on training ({validation['experiment']}): "
+                     f"{validation['action'].upper()}: {validation['reason']}"))
         print_gap(validation["gap"])
 
 
@@ -423,9 +425,9 @@ def _print_tail(args: argparse.Namespace, doc: dict[str, Any], written: list[Pat
     """The files written and where the details are."""
     for path in written:
         if path:
-            print(f"wrote {path}")
+            print(escape(f"wrote {path}"))
     if not getattr(args, "ledger_removed_after", False):
-        print(details_hint(doc["experiment"], args.ledger))
+        print(escape(details_hint(doc["experiment"], args.ledger)))
 
 
 def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
@@ -434,19 +436,19 @@ def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
     arms = arm_count(knobs, plan, args.grid or args.per_size)
     most = arms * args.max_rounds * len(shapes)
     timeout_h = sum(s.timeout for s in shapes) * arms * args.max_rounds / 3600
-    print(f"plan (dry run, nothing changes): fabric {json.dumps(identity)}")
+    print(escape(f"plan (dry run, nothing changes): fabric {json.dumps(identity)}"))
     first = plan[0]
-    print(f"  {first.title}: incumbent {arm_label(first.incumbent)}; candidates "
-          + "; ".join(arm_label(a) for a in first.candidates))
+    print(escape(f"  {first.title}: incumbent {arm_label(first.incumbent)}; candidates "
+                 + "; ".join(arm_label(a) for a in first.candidates)))
     if args.per_size:
         sizes = sum(len(s.sizes) for s in shapes)
         print(f"  per message size: {sizes} choices (each size of each shape), the error shared "
               "over them; winners become tuner table rows, the hosts end as they were")
     elif not args.grid:
         for knob in knobs[1:]:
-            print(f"  then {knob.name}: {', '.join(knob.values)} on top of the winner")
+            print(escape(f"  then {knob.name}: {', '.join(knob.values)} on top of the winner"))
     for note in notes:
-        print(f"  sizes: {note}")
+        print(escape(f"  sizes: {note}"))
     past = past_run_seconds(args.ledger, [s.name for s in shapes])
     typical = (f"; about {duration(past * arms * args.max_rounds)} at most from past runs "
                "in the ledger" if past else "")
@@ -454,5 +456,6 @@ def _dry_run(args: argparse.Namespace, knobs: list[SweptKnob], plan: list[Step],
           f"shape(s): at most {most} benchmark runs (worst case {timeout_h:.1f} h by the "
           f"benchmark timeouts{typical})")
     if args.validate:
-        print(f"  then the winner is validated on {args.validate} by the keep rule of tune")
+        print(escape(f"  then the winner is validated on {args.validate} by the keep rule of "
+                     "tune"))
     return EXIT_OK

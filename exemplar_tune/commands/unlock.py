@@ -13,6 +13,7 @@ from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK
 from exemplar_tune.fleet.host_claims import describe, is_stale, machine_id
 from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.playbook_runs import run_playbook, runner
+from exemplar_tune.terminal import join_lines
 
 UNLOCK_EPILOG = """examples:
   exemplar-tune unlock -i hosts.yml --limit 'gpu[07-09]'     after a controller machine died
@@ -64,16 +65,21 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
 
 def _print(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """The claims found, as JSON or one line per host (every host name, claim field and
+    reason escaped: a forged claim shows what it holds, and never starts a line)."""
     if args.format == "json":
         print(json.dumps(doc, indent=2))
         return
-    verb = "would remove" if args.check else "removed"
-    for host, claim in sorted(doc["removed"].items()):
-        print(f"{host}: {verb} the claim of {describe(claim)}")
-    for host, claim in sorted(doc["kept"].items()):
-        print(f"{host}: kept the claim of {describe(claim)}: that controller still runs here; "
-              "stop it first")
-    for host, why in sorted(doc["failed"].items()):
-        print(f"{host}: FAILED: {why}")
+    print(join_lines(_lines(args.check, doc)))
+
+
+def _lines(check: bool, doc: dict[str, Any]) -> list[str]:
+    verb = "would remove" if check else "removed"
+    lines = [f"{host}: {verb} the claim of {describe(claim)}"
+             for host, claim in sorted(doc["removed"].items())]
+    lines += [f"{host}: kept the claim of {describe(claim)}: that controller still runs here; "
+              "stop it first" for host, claim in sorted(doc["kept"].items())]
+    lines += [f"{host}: FAILED: {why}" for host, why in sorted(doc["failed"].items())]
     if doc["unclaimed"]:
-        print(f"{compress(doc['unclaimed'])}: no claim")
+        lines.append(f"{compress(doc['unclaimed'])}: no claim")
+    return lines

@@ -32,6 +32,8 @@ from typing import Any
 
 import psutil
 
+from exemplar_tune.terminal import escape
+
 _CURRENT: contextvars.ContextVar[Claim | None] = contextvars.ContextVar("claim", default=None)
 
 
@@ -103,9 +105,10 @@ def is_stale(holder: dict[str, Any]) -> bool:
 
 
 def describe(holder: dict[str, Any]) -> str:
-    """``pid 123 on ctl01, 'tune', since ...``: a holder in one line."""
-    return (f"pid {holder.get('pid')} on {holder.get('controller')}, "
-            f"'{holder.get('command')}', since {holder.get('started')}")
+    """``pid 123 on ctl01, 'tune', since ...``: a holder in one line, for a terminal (a claim
+    is the host's file: its fields are escaped, :func:`~exemplar_tune.terminal.escape`)."""
+    return escape(f"pid {holder.get('pid')} on {holder.get('controller')}, "
+                  f"'{holder.get('command')}', since {holder.get('started')}")
 
 
 @functools.cache

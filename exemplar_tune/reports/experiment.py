@@ -22,6 +22,7 @@ from exemplar_tune.reports import charts as run_charts
 from exemplar_tune.reports.change import boot_time, change_lines, problem_lines
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made, made_line
+from exemplar_tune.terminal import escaped
 
 SHOWN_LINES = 8  # of a changed file's removed or added lines
 
@@ -64,7 +65,9 @@ def _gate_text(doc: dict[str, Any]) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """The experiment as Markdown: layers, decisions with intervals, the gap closed."""
+    """The experiment as Markdown: layers, decisions with intervals, the gap closed (values
+    escaped: :func:`exemplar_tune.terminal.escaped`)."""
+    doc = escaped(doc)
     exp = doc["experiment"]
     out = [f"# exemplar-tune experiment {exp['id']}", "", made_line(made(exp["profile_name"])),
            "", f"{exp['kind']}, profile {exp['profile_name']}, status **{exp['status']}**", "",

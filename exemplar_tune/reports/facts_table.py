@@ -1,9 +1,12 @@
-"""Turn nested facts into readable terminal lines (``--format table``)."""
+"""Turn nested facts into readable terminal lines (``--format table``); what a host's files
+hold is shown escaped (:func:`exemplar_tune.terminal.escape`), one fact a line."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from exemplar_tune.terminal import join_lines
 
 WIDTH = 100
 
@@ -58,7 +61,8 @@ def processor_line(proc: dict[str, Any] | None) -> str | None:
 
 def facts_table(facts: dict[str, dict[str, Any]], show_sources: bool = False) -> str:
     """One block per layer: ``key  value`` lines, then the errors met (if any). The cpu
-    block starts with the processor in one line (:func:`processor_line`)."""
+    block starts with the processor in one line (:func:`processor_line`). Every line is
+    escaped: a value never starts a line nor moves the cursor."""
     lines: list[str] = []
     for layer, data in facts.items():
         lines.append(f"== {layer}")
@@ -72,4 +76,4 @@ def facts_table(facts: dict[str, dict[str, Any]], show_sources: bool = False) ->
         width = max((len(key) for key, _ in rows), default=0)
         lines += [f"  {key.ljust(width)}  {value}" for key, value in rows]
         lines += [f"  ! {e['fact']}: {e['path']}: {e['error']}" for e in data.get("errors", [])]
-    return "\n".join(lines)
+    return join_lines(lines)

@@ -25,6 +25,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import LAYERS
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.checks.base import FAIL, HEALTH, NOT_APPLICABLE, TUNING, UNKNOWN, WARN
 from exemplar_tune.errors import UserError
+from exemplar_tune.terminal import escape
 
 OK, NON_OK, UNKNOWN_EXIT = 0, 1, 2
 MAX_MESSAGE = 256  # NPD's max_output_length in the shipped configuration
@@ -75,8 +76,9 @@ def _step(verdict: dict[str, Any]) -> str:
 
 
 def _short(text: str, tail: str = "") -> str:
-    """One line of at most :data:`MAX_MESSAGE` characters, ``tail`` kept whole."""
-    text = " ".join(text.split())
+    """One line of at most :data:`MAX_MESSAGE` characters, ``tail`` kept whole; runs of
+    whitespace are one space, any other control character is escaped."""
+    text = escape(" ".join(text.split()))
     room = MAX_MESSAGE - len(tail)
     return (text if len(text) <= room else text[:room - 3] + "...") + tail
 

@@ -1,4 +1,9 @@
-"""Render a preflight document: terminal table, Markdown, self-contained HTML."""
+"""Render a preflight document: terminal table, Markdown, self-contained HTML.
+
+The table and the Markdown are rendered from the document escaped
+(:func:`exemplar_tune.terminal.escaped`): a host name, fact or reason shows what it holds and
+never starts a line; the table's colours are the only terminal codes in them. The HTML page
+is autoescaped."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from exemplar_tune.fleet.hostlist import compress, without_host
 from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made_line
+from exemplar_tune.terminal import escape, escaped
 from exemplar_tune.verdict import HOST_CLASSES, Target
 
 SYMBOL = {"fail": "FAIL", "warn": "WARN", "pass": "PASS", "skip": "skip"}
@@ -29,13 +35,14 @@ def use_colour(stream: Any = sys.stdout) -> bool:
 
 
 def finding_text(observed: Any, expected: Any) -> str:
-    """``observed X, expected Y`` in full; for two mappings only the keys that differ."""
+    """``observed X, expected Y`` in full; for two mappings only the keys that differ. One
+    line, escaped (strings as they are, anything else as JSON, before escaping)."""
     if isinstance(observed, dict) and isinstance(expected, dict) and set(expected) <= set(observed):
         differ = [k for k in expected if observed[k] != expected[k]]
         if differ:
-            return ", ".join(f"{k}: observed {_json(observed[k])}, expected {_json(expected[k])}"
-                             for k in differ)
-    return f"observed {_json(observed)}, expected {_json(expected)}"
+            return escape(", ".join(f"{k}: observed {_json(observed[k])}, expected "
+                                    f"{_json(expected[k])}" for k in differ))
+    return escape(f"observed {_json(observed)}, expected {_json(expected)}")
 
 
 def _json(value: Any) -> str:
@@ -45,7 +52,9 @@ def _json(value: Any) -> str:
 def table(doc: dict[str, Any], colour: bool = False, details: bool = False) -> str:
     """The headline (profile, host verdicts, check counts), the fleet view (one line per
     check and finding, hosts folded), then with ``details`` or a single host each host's
-    verdict, next action and checks by layer; unreachable hosts folded by reason."""
+    verdict, next action and checks by layer; unreachable hosts folded by reason. Values
+    are escaped; ``colour`` adds the only terminal codes."""
+    doc = escaped(doc, keep=("observed", "expected"))  # finding_text escapes those
     paint = (lambda s, t: f"{COLOUR[s]}{t}{RESET}") if colour else (lambda s, t: t)
     lines = headline(doc) + _profile_lines(doc)
     if len(doc["hosts"]) > 1:
@@ -143,7 +152,8 @@ def _host_lines(results: list[dict[str, Any]], paint: Any) -> list[str]:
 
 def markdown(doc: dict[str, Any]) -> str:
     """A Markdown report: the fleet summary, then each layer's findings with their hosts
-    folded (as the HTML page)."""
+    folded (as the HTML page); values escaped."""
+    doc = escaped(doc)
     out = [f"# exemplar-tune preflight ({doc['profile']})", "", headline(doc)[0], ""]
     if doc.get("made"):
         out += [made_line(doc["made"]), ""]

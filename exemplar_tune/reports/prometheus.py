@@ -47,10 +47,12 @@ apart (node_exporter refuses a series that two files both hold).
 The ``host`` label is the inventory's host name; a local run's ``localhost`` is written as the
 machine's host name, so that files of many nodes do not fold into one host. Values are written
 exactly (integers as integers, times to the millisecond: Python's shortest round-trip form).
-Label values are escaped as the format requires (backslash, double quote, newline), so no
-host or profile name can change the file's syntax. :func:`write_atomically` writes a temp file
-in the target's directory and renames it over the target, so the collector never reads half a
-file.
+Label values are escaped as the format requires (backslash, double quote, newline); any other
+control character is first written as its visible escape (:func:`exemplar_tune.terminal.clean`:
+an ESC is read back as the four characters ``\\x1b``), so no host or profile name can change
+the file's syntax, nor reach a terminal or an alert that shows it. :func:`write_atomically`
+writes a temp file in the target's directory and renames it over the target, so the collector
+never reads half a file.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from exemplar_tune import __version__
 from exemplar_tune.checks.base import check_class
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import output_file
+from exemplar_tune.terminal import clean
 
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2}
 _HELP = {
@@ -95,7 +98,9 @@ _HELP = {
 
 
 def _escape(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+    """A label value in the text format: control characters but newline shown as escapes,
+    then backslash, double quote and newline escaped as the format requires."""
+    return clean(str(value)).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
 
 
 def _value(value: float) -> str:

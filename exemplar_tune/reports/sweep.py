@@ -20,6 +20,7 @@ from exemplar_tune.diagnose.nccl_tests import human
 from exemplar_tune.orchestration.stats import CONFIDENCE, t_ppf
 from exemplar_tune.reports.html import axis_label, new_figure, render, svg
 from exemplar_tune.reports.provenance import made, made_line
+from exemplar_tune.terminal import escaped
 
 
 def size_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -108,7 +109,9 @@ def tuner_text(summary: dict[str, Any]) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """The sweep as Markdown: each step's arms against the incumbent, then the per-size table."""
+    """The sweep as Markdown: each step's arms against the incumbent, then the per-size table
+    (values escaped: :func:`exemplar_tune.terminal.escaped`)."""
+    doc = escaped(doc)
     exp, summary = doc["experiment"], (doc["experiment"].get("summary") or {}).get("sweep", {})
     out = [f"# exemplar-tune sweep {exp['id']}", "", made_line(made(exp["profile_name"])), "",
            f"status **{exp['status']}**; fabric {fabric_words(summary.get('fabric') or {})}; "
