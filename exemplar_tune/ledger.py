@@ -15,6 +15,7 @@ the file as ours. A file that is not a readable ledger is a ``UserError`` naming
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -27,6 +28,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+from ansible_collections.exemplar.tune.plugins.module_utils.bounded_lock import (
+    holder_of,
+    wait_seconds,
+)
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.runs import new_run_id, state_dir
@@ -265,6 +271,12 @@ def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
             return method(self, *args, **kwargs)
         except sqlite3.IntegrityError:
             raise
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise UserError(f"{self.path}: ledger error: {exc}") from None
+            raise UserError(f"{self.path}: the ledger stayed locked for {wait_seconds():g} s by "
+                            f"{self.holder()}; nothing was recorded (if that process is stuck, "
+                            "stop it and try again)") from None
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{self.path}: ledger error: {exc}") from None
         except json.JSONDecodeError as exc:
@@ -298,7 +310,7 @@ class Ledger:
                             "experiments, put back a copy; to start a new ledger, remove the file")
         try:
             self._conn = sqlite3.connect(self._address(read_only), isolation_level=None,
-                                         timeout=10.0, uri=True)
+                                         timeout=wait_seconds(), uri=True)
         except sqlite3.DatabaseError as exc:
             raise self._unreadable(exc) from None
         self._conn.row_factory = sqlite3.Row
@@ -315,6 +327,14 @@ class Ledger:
         except UserError:
             self._conn.close()
             raise
+
+    def holder(self) -> str:
+        """Who holds a lock on the ledger (its database, WAL or shared-memory file)."""
+        found = []
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                found.append(os.stat(f"{self.path}{suffix}"))
+        return holder_of(*found)
 
     def __enter__(self) -> Ledger:
         return self

@@ -100,7 +100,8 @@ def _content(path: str) -> list[tuple[str, str, bytes | str | None]]:
     if os.path.isdir(path):
         return [("dir", path, None)]
     try:
-        return [("file", path, Sysroot("/").read_bytes(path))]
+        # a device the readers read (/dev/cpu_dma_latency) is captured as its bytes
+        return [("file", path, Sysroot("/").read_bytes(path, device=path.startswith("/dev/")))]
     except NotSupported:
         return []
 

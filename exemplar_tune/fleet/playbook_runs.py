@@ -24,6 +24,7 @@ from exemplar_tune.fleet.lock import hold_hosts
 from exemplar_tune.ledger import Ledger, next_steps
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import Interrupted, StoppedAtOnce
+from exemplar_tune.terminal import escape
 
 
 def target_inventory(inventory: str | None, sysroot: str | None) -> str | dict:
@@ -91,8 +92,8 @@ def _give_back_claims(run: AnsibleRun) -> None:
     keeps it until the next claim from this machine finds it stale."""
     result = run_playbook(run, "claim", {"exemplar_claim_state": "absent"})
     for host, why in sorted({**result["failed"], **result["unreachable"]}.items()):
-        print(f"warning: {host}: the claim was not given back ({why}); the next exemplar-tune "
-              "from this machine takes it over", file=sys.stderr)
+        print(f"warning: {escape(host)}: the claim was not given back ({escape(why)}); the "
+              "next exemplar-tune from this machine takes it over", file=sys.stderr)
 
 
 @contextlib.contextmanager

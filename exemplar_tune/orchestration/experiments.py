@@ -33,6 +33,7 @@ from exemplar_tune.profile import AUTO, GIVEN, load_profile, profile_for_hosts
 from exemplar_tune.runs import state_dir
 from exemplar_tune.signals import graceful_stop
 from exemplar_tune.slurm.jobs import cancel_jobs, submitted_jobs
+from exemplar_tune.terminal import escape
 
 
 def check_measuring(canary: int, confidence: float, bounds: tuple[int, int], unit: str) -> None:
@@ -166,13 +167,13 @@ def gap_summary(doc: dict[str, Any], profile: dict[str, Any], after: dict[str, f
 
 def _print_outcomes(outcomes: list[Any], summary: dict[str, Any]) -> None:
     for outcome in outcomes:
-        print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {outcome.reason}")
+        print(f"  {outcome.layer:<8} {outcome.action.upper():<8} {escape(outcome.reason)}")
         for c in outcome.comparisons:
-            print(f"           {c['shape']}: {c['rel_change']:+.2%} ({c['confidence']:.1%} CI "
-                  f"{c['ci_low']:+.2%}"
+            print(f"           {escape(c['shape'])}: {c['rel_change']:+.2%} "
+                  f"({c['confidence']:.1%} CI {c['ci_low']:+.2%}"
                   f" .. {c['ci_high']:+.2%}; {c['n_baseline']}+{c['n_candidate']} runs)")
         for host, why in outcome.excluded.items():
-            print(f"           excluded {host}: {why}")
+            print(f"           excluded {escape(host)}: {escape(why)}")
     print_gap(summary)
 
 
@@ -209,8 +210,9 @@ def print_gap(summary: dict[str, Any]) -> None:
     """Each shape before and after against the profile's reference, and the gate."""
     for shape, entry in summary.get("shapes", {}).items():
         if "after_ratio" in entry:
-            print(f"  {shape}: {entry['before_ratio']:.1%} -> {entry['after_ratio']:.1%} of the "
-                  f"reference ({entry['reference']:g}; gate {summary['gate']:.0%})")
+            print(f"  {escape(shape)}: {entry['before_ratio']:.1%} -> "
+                  f"{entry['after_ratio']:.1%} of the reference ({entry['reference']:g}; "
+                  f"gate {summary['gate']:.0%})")
     if summary.get("passed") is not None:
         print(f"  gate: {'PASSED' if summary['passed'] else 'NOT MET'}")
 
@@ -218,7 +220,7 @@ def print_gap(summary: dict[str, Any]) -> None:
 def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any],
              layers: list[str]) -> int:
     """Print the plan: per layer the knobs that would change where; the benchmarks."""
-    print(f"plan (dry run, nothing changes): profile {profile['name']}")
+    print(f"plan (dry run, nothing changes): profile {escape(profile['name'])}")
     result = run_playbook(runner(args, check=True), "audit", {  # every layer in one run
         "exemplar_profile": profile, "exemplar_layers": layers})
     changing = 0
@@ -232,10 +234,10 @@ def _dry_run(args: argparse.Namespace, profile: dict[str, Any], specs: list[Any]
         hosts = [f"{compress(names)} ({', '.join(k)})" for k, names in folded.items()]
         reboot = any(k["reboot_required"] for changed in knobs.values() for k in changed)
         changing += bool(hosts)
-        print(f"  {layer}: " + ("; ".join(hosts) if hosts else "nothing to change")
+        print(f"  {layer}: " + (escape("; ".join(hosts)) if hosts else "nothing to change")
               + (" -- needs a reboot: " + ("allowed" if args.allow_reboot else
                                            "the loop stops here") if reboot else ""))
-    names = ", ".join(s.name for s in specs)
+    names = escape(", ".join(s.name for s in specs))
     canary = f"; first on {args.canary} canary host(s)" if args.canary else ""
     per_layer = max(block_runs(args.min_runs), args.max_runs) + args.max_runs
     runs = per_layer * changing + block_runs(args.min_runs)

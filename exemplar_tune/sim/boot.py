@@ -38,6 +38,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.sim.hosts import CMDQV_PARAM
+from exemplar_tune.terminal import escape
 
 BOOT_WORDS = re.compile(r"^(BOOT_IMAGE=|root=|ro$|rw$)")
 CMDQV_LOG = ("[    0.404120] arm-smmu-v3 arm-smmu-v3.0.auto: found companion CMDQV device: "
@@ -138,16 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for host in args.hosts:
         if Sysroot(str(host)).kind("proc/cmdline") != "file":
-            print(f"exemplar-tune sim boot: {host}: not a simulated host", file=sys.stderr)
+            print(escape(f"exemplar-tune sim boot: {host}: not a simulated host"),
+                  file=sys.stderr)
             return 2
         try:
             done = f"generated {mkconfig(host)}" if args.mkconfig else f"booted: {boot(host)}"
         except (HostStateError, OSError) as exc:
             reason = exc.reason if isinstance(exc, HostStateError) else exc.strerror or exc
             path = exc.path if isinstance(exc, HostStateError) else ""
-            print(f"exemplar-tune sim boot: {host}: {path}: {reason}", file=sys.stderr)
+            print(escape(f"exemplar-tune sim boot: {host}: {path}: {reason}"), file=sys.stderr)
             return 2
-        print(f"{host.name}: {done}")
+        print(escape(f"{host.name}: {done}"))
     return 0
 
 

@@ -24,6 +24,7 @@ from exemplar_tune.errors import UserError
 from exemplar_tune.slurm.commands import SlurmError, run_client
 from exemplar_tune.slurm.gate import REASON_PREFIX
 from exemplar_tune.slurm.records import NodeRecord, parse_nodes
+from exemplar_tune.terminal import escape
 
 
 @dataclass
@@ -108,7 +109,7 @@ def plan_resume(nodes: Mapping[str, NodeRecord], only: list[str] | None) -> Plan
 def execute(plan: Plan, dry_run: bool) -> int:
     """Print the plan, run its commands unless ``dry_run``; the number of problems."""
     for line in plan.lines:
-        print(line)
+        print(escape(line))
     problems = plan.problems
     for argv in plan.commands:
         print(("would run: " if dry_run else "") + shlex.join(argv))
@@ -117,7 +118,7 @@ def execute(plan: Plan, dry_run: bool) -> int:
         try:
             run_client(argv)
         except SlurmError as exc:
-            print(f"failed: {exc}")
+            print(escape(f"failed: {exc}"))
             problems += 1
     if not plan.commands:
         print("nothing to do")

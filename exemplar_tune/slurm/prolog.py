@@ -46,6 +46,7 @@ from exemplar_tune.slurm import gate
 from exemplar_tune.slurm.commands import SlurmError
 from exemplar_tune.slurm.gate import REASON_PREFIX
 from exemplar_tune.slurm.nodecheck import NodeCheck, read_node, sysroot_of
+from exemplar_tune.terminal import escape
 
 __all__ = ["REASON_PREFIX", "run_prolog"]  # REASON_PREFIX: nodes.py's and older imports
 
@@ -80,7 +81,7 @@ class JobContext:
 
     def say(self, text: str) -> None:
         """Print ``exemplar-tune <mode> <label>: <text>`` (one line, flushed)."""
-        print(f"exemplar-tune {self.mode} {self.label}: {text}", flush=True)
+        print(escape(f"exemplar-tune {self.mode} {self.label}: {text}"), flush=True)
 
 
 def run_prolog(args: argparse.Namespace) -> int:

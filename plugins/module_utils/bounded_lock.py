@@ -54,26 +54,29 @@ def lock_exclusive(fd: int, what: str, wait: float | None = None) -> None:
         except BlockingIOError:
             pass
         if time.monotonic() >= deadline:
-            raise LockTimeout(what, wait, holder_of(fd))
+            raise LockTimeout(what, wait, holder_of(os.fstat(fd)))
         time.sleep(pause)
         pause = min(pause * 2, 0.25)
 
 
-def holder_of(fd: int) -> str:
-    """``pid N on MACHINE ('command')`` for the process holding a lock on ``fd``'s file, or
-    ``an unknown process`` when ``/proc/locks`` does not tell."""
-    info = os.fstat(fd)
-    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+def holder_of(*files: os.stat_result) -> str:
+    """``pid N on MACHINE ('command')`` for the process holding a lock (``flock`` or POSIX) on
+    one of ``files`` (their ``os.stat`` results), or ``an unknown process`` when
+    ``/proc/locks`` does not tell."""
+    keys = {f"{os.major(i.st_dev):02x}:{os.minor(i.st_dev):02x}:{i.st_ino}" for i in files}
     try:
         with open(PROC_LOCKS, encoding="ascii", errors="replace") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError:
         return "an unknown process"
-    for line in lines:
-        fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 4054 00:2b:1234 0 EOF"; waiters are "1: -> FLOCK ..."
-        if len(fields) >= 6 and fields[1] != "->" and fields[5] == key:
-            return f"pid {fields[4]} on {socket.gethostname()} ({command_of(fields[4])!r})"
+    held = [fields for fields in (line.split() for line in lines)
+            # "1: FLOCK  ADVISORY  WRITE 4054 00:2b:1234 0 EOF"; a waiter is "1: -> FLOCK ..."
+            if len(fields) >= 6 and fields[1] != "->" and fields[5] in keys
+            and fields[4] != str(os.getpid())]
+    held.sort(key=lambda fields: fields[3] != "WRITE")  # a writer is who a waiter waits for
+    if held:
+        pid = held[0][4]
+        return f"pid {pid} on {socket.gethostname()} ({command_of(pid)!r})"
     return "an unknown process"
 
 
