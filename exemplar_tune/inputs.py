@@ -12,6 +12,7 @@ from typing import BinaryIO
 from exemplar_tune.errors import UserError
 
 MAX_INPUT = 64 << 20  # bytes: profiles, benchmark files, captures for diagnose
+MAX_MESSAGE = 300  # characters of a message about an input (a value it holds may be huge)
 
 
 def read_input(path: Path | str, what: str, limit: int = MAX_INPUT) -> str:
@@ -104,3 +105,19 @@ def output_file(path: Path | str, what: str = "--output") -> Path:
         return Path(path)
     raise UserError(f"{what} {path} is {_kind(mode)}, not a regular file: reports are written "
                     "only to regular files (leave --output out to print to stdout)")
+
+
+def one_line(text: object, limit: int = MAX_MESSAGE) -> str:
+    """``text`` on one line (each run of white space one space) and at most about ``limit``
+    characters: a longer one keeps its start and its end (where a schema message says what
+    is wrong: "... is not of type 'string'") around ``[... N characters left out ...]``.
+    A huge text is never split whole."""
+    raw = str(text)
+    if len(raw) <= 4 * limit:
+        line = " ".join(raw.split())
+        if len(line) <= limit:
+            return line
+    keep = max(limit - 40, 2) // 2
+    head = " ".join(raw[:4 * keep].split())[:keep]
+    tail = " ".join(raw[-4 * keep:].split())[-keep:]
+    return f"{head} [... {len(raw) - 2 * keep} characters left out ...] {tail}"

@@ -29,8 +29,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.identity imp
     identity_from_facts,
 )
 
+from exemplar_tune.bounded_yaml import load_yaml
 from exemplar_tune.errors import UserError
-from exemplar_tune.inputs import read_input
+from exemplar_tune.inputs import one_line, read_input
 from exemplar_tune.xid_policy import policy_error
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -162,8 +163,10 @@ def _load_chain(path: Path, seen: list[Path]) -> dict[str, Any]:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """The mapping of one profile file, its aliases bounded (:mod:`exemplar_tune.bounded_yaml`)
+    before any value is built; ``ProfileError`` (one line) for anything else."""
     try:
-        data = yaml.safe_load(read_input(path, "profile", MAX_PROFILE))
+        data = load_yaml(read_input(path, "profile", MAX_PROFILE), f"profile {path}")
     except UserError as exc:
         raise ProfileError(str(exc)) from None
     except yaml.YAMLError as exc:  # where and what, never the file's own text
@@ -193,17 +196,14 @@ def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
 
 def validate_profile(data: Any, where: str) -> None:
     """Raise ``ProfileError`` naming the first bad key (``cpu.governor: ...``); beyond the
-    schema, an Xid listed twice in ``gpu.xid_policy``."""
+    schema, an Xid listed twice in ``gpu.xid_policy``. The message shows at most the start
+    and end of the value (:func:`exemplar_tune.inputs.one_line`)."""
     validator = jsonschema.Draft202012Validator(profile_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         key = ".".join(str(p) for p in first.absolute_path) or "(top level)"
-        raise ProfileError(f"profile {where}: {key}: {_one_line(first.message)}")
+        raise ProfileError(f"profile {where}: {one_line(key, 120)}: {one_line(first.message)}")
     wrong = policy_error((data.get("gpu") or {}).get("xid_policy") or {})
     if wrong:
         raise ProfileError(f"profile {where}: gpu.xid_policy: {wrong}")
-
-
-def _one_line(exc: object) -> str:
-    return " ".join(str(exc).split())

@@ -15,6 +15,8 @@ import itertools
 import re
 from collections.abc import Iterable
 
+from exemplar_tune.inputs import one_line
+
 _LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _HOSTLIST_ITEM = re.compile(r"^(!?)([^\[\]]*\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*\].*)$")
@@ -84,24 +86,38 @@ def expand(expression: str) -> list[str]:
     Raises ``ValueError`` (one line) on unbalanced brackets, an empty name, a bad range, or an
     expression naming more than :data:`MAX_HOSTS` hosts (counted before any is spelt out).
     """
-    parts = _split_top_level(expression)
-    total = 0
-    for part in parts:
-        if not part or "[" in _BRACKET.sub("", part) or "]" in _BRACKET.sub("", part):
-            raise ValueError(f"bad hostlist {expression!r}: empty name or unbalanced brackets")
-        size = 1
-        for body in _BRACKET.findall(part):
-            size *= sum(last - start + 1 for _, start, last in _ranges(body, expression))
-        total += size
+    total = count_hosts(expression)
     if total > MAX_HOSTS:
-        raise ValueError(f"hostlist {expression!r} names {total} hosts, more than {MAX_HOSTS}")
+        raise ValueError(f"hostlist {_shown(expression)} names {total} hosts, more than "
+                         f"{MAX_HOSTS}")
     hosts: list[str] = []
-    for part in parts:
+    for part in _split_top_level(expression):
         pieces = _BRACKET.split(part)  # text, range, text, range, ..., text
         choices = [[piece] if i % 2 == 0 else _range_items(piece, expression)
                    for i, piece in enumerate(pieces)]
         hosts += ["".join(combo) for combo in itertools.product(*choices)]
     return hosts
+
+
+def count_hosts(expression: str) -> int:
+    """How many names the hostlist ``expression`` spells out, counted without spelling any;
+    ``ValueError`` (one line) when it is malformed."""
+    total = 0
+    for part in _split_top_level(expression):
+        if not part or "[" in _BRACKET.sub("", part) or "]" in _BRACKET.sub("", part):
+            raise ValueError(f"bad hostlist {_shown(expression)}: empty name or unbalanced "
+                             "brackets")
+        size = 1
+        for body in _BRACKET.findall(part):
+            size *= sum(last - start + 1 for _, start, last in _ranges(body, expression))
+        total += size
+    return total
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, its middle left out when it is long (a ``--limit`` may
+    be as long as a command line)."""
+    return one_line(repr(text), 120)
 
 
 def _split_top_level(expression: str) -> list[str]:
@@ -123,7 +139,7 @@ def _ranges(body: str, expression: str) -> list[tuple[str, int, int]]:
         first, dash, last = token.partition("-")
         last = last if dash else first
         if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
-            raise ValueError(f"bad hostlist {expression!r}: range {token!r}")
+            raise ValueError(f"bad hostlist {_shown(expression)}: range {_shown(token)}")
         found.append((first, int(first), int(last)))
     return found
 
@@ -138,21 +154,36 @@ def ansible_limit(pattern: str | None) -> str | None:
 
     ``node[01-03],!node02`` becomes ``node01,node02,node03,!node02``; an item's ``!`` applies
     to every host it names. Ansible's own subscripts (``group[0:2]``), wildcards, ``&`` and
-    ``~regex`` items are left as they are. ``ValueError`` on a malformed hostlist, and on any
-    other item with a bracket (a lone ``[``: Ansible would match every host).
+    ``~regex`` items are left as they are. ``ValueError`` on a malformed hostlist, on any
+    other item with a bracket (a lone ``[``: Ansible would match every host), and when the
+    items name more than :data:`MAX_HOSTS` hosts in all (counted before any is spelt out).
     """
     if not pattern:
         return pattern
-    items = []
-    for item in _split_top_level(pattern):
-        match = _HOSTLIST_ITEM.match(item)
-        if item.startswith("~"):
-            items.append(item)
-        elif match:
-            items += [match.group(1) + host for host in expand(match.group(2))]
-        elif ("[" in item or "]" in item) and not _SUBSCRIPT.match(item):
-            raise ValueError(f"{item!r} is neither a hostlist (gpu[01-04]) nor a group "
-                             "subscript (group[0:2]): brackets unbalanced or empty")
+    items = [(item, _hostlist(item)) for item in _split_top_level(pattern)]
+    total = sum(count_hosts(hostlist) if hostlist else 1 for _, hostlist in items)
+    if total > MAX_HOSTS:
+        raise ValueError(f"the pattern names {total} hosts, more than {MAX_HOSTS} (its "
+                         f"{len(items)} items together; name a group, or fewer hosts)")
+    spelt: list[str] = []
+    for item, hostlist in items:
+        if hostlist:
+            negated = "!" if item.startswith("!") else ""
+            spelt += [negated + host for host in expand(hostlist)]
         else:
-            items.append(item)
-    return ",".join(items)
+            spelt.append(item)
+    return ",".join(spelt)
+
+
+def _hostlist(item: str) -> str | None:
+    """The hostlist expression of a ``--limit`` item (``!`` taken off), ``None`` for an item
+    Ansible reads itself; ``ValueError`` for an item whose brackets are neither."""
+    match = _HOSTLIST_ITEM.match(item)
+    if item.startswith("~"):
+        return None
+    if match:
+        return match.group(2)
+    if ("[" in item or "]" in item) and not _SUBSCRIPT.match(item):
+        raise ValueError(f"{_shown(item)} is neither a hostlist (gpu[01-04]) nor a group "
+                         "subscript (group[0:2]): brackets unbalanced or empty")
+    return None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from exemplar_tune.errors import UserError
+from exemplar_tune.fleet.inventory_files import check_inventory_files
 
 
 class InventoryError(UserError):
@@ -29,7 +30,8 @@ class HostSource(Protocol):
 
 
 def check_source(inventory: str) -> None:
-    """``InventoryError`` for ``-i`` naming a path that does not exist.
+    """``InventoryError`` for ``-i`` naming a path that does not exist, or files whose YAML
+    aliases would take Ansible gigabytes (:mod:`exemplar_tune.fleet.inventory_files`).
 
     Ansible would take such a path for a host name (``-i /missing/hosts.yml``: an SSH error
     later); a host list has a comma (``-i node1,node2`` or ``-i node1,``).
@@ -37,6 +39,10 @@ def check_source(inventory: str) -> None:
     if "," not in inventory and not os.path.exists(inventory):
         raise InventoryError(f"inventory {inventory} not found (a file or directory; a host "
                              "list needs a comma: -i node1,)")
+    try:
+        check_inventory_files(inventory)
+    except UserError as exc:
+        raise InventoryError(str(exc)) from None
 
 
 def inventory_hosts(source: HostSource) -> list[tuple[str, dict[str, Any]]]:

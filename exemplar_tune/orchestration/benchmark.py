@@ -61,11 +61,12 @@ from typing import Any, BinaryIO
 import jsonschema
 import yaml
 
+from exemplar_tune.bounded_yaml import load_yaml
 from exemplar_tune.diagnose import nccl_tests, steptime
 from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet import reaper
-from exemplar_tune.inputs import read_input
+from exemplar_tune.inputs import one_line, read_input
 from exemplar_tune.slurm.inventory import HostSource, InventoryError, host_nodes
 from exemplar_tune.slurm.jobs import JobError, run_job
 from exemplar_tune.slurm.shape import SlurmShape, check_slurm_command, slurm_shape
@@ -143,10 +144,11 @@ def benchmark_schema() -> dict[str, Any]:
 
 
 def load_benchmarks(path: str | Path) -> list[BenchmarkSpec]:
-    """The shapes of the benchmark file at ``path``, validated, in file order."""
+    """The shapes of the benchmark file at ``path``, validated, in file order (its YAML
+    aliases bounded before any value is built: :mod:`exemplar_tune.bounded_yaml`)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(read_input(path, "benchmark file"))
+        data = load_yaml(read_input(path, "benchmark file"), f"benchmark file {path}")
     except UserError as exc:
         raise BenchmarkFileError(str(exc)) from None
     except yaml.YAMLError as exc:
@@ -176,7 +178,7 @@ def validate_benchmarks(data: Any, where: str) -> None:
 
 def _explain(error: jsonschema.ValidationError, data: Any) -> str:
     """``shape 'dense': timeout: <why>`` with unknown and missing keys named as keys."""
-    path, instance, why = list(error.absolute_path), error.instance, _one_line(error.message)
+    path, instance, why = list(error.absolute_path), error.instance, one_line(error.message)
     if error.validator == "additionalProperties" and isinstance(instance, dict):
         allowed = error.schema.get("properties", {})
         path.append(next(k for k in instance if k not in allowed))
