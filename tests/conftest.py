@@ -1,20 +1,27 @@
-"""Test set-up: make the repository importable as the collection ``exemplar.tune``.
+"""Test set-up: the session's own machine state, and the repository importable as the
+collection ``exemplar.tune``.
 
-A symlink ``<tmp>/ansible_collections/exemplar/tune -> <repo>`` is created once per session,
-put on ``sys.path`` (for in-process imports) and exported as ``ANSIBLE_COLLECTIONS_PATH``
-(for ansible-runner and ansible-playbook subprocesses).
+Before anything imports the product, the session gets one private directory
+(``<tmp>/exemplar-tests-<pid>-*``, removed at the end: tests/isolation.py) with its own
+``HOME`` (``XDG_STATE_HOME`` unset: below it) and ``EXEMPLAR_TUNE_STATE_DIR``; a test after
+which the operator's real state directory (``~/.local/state/exemplar-tune``) changed fails
+(an error at its teardown). A symlink
+``<session>/collections/ansible_collections/exemplar/tune -> <repo>`` is put on ``sys.path``
+(for in-process imports) and exported as ``ANSIBLE_COLLECTIONS_PATH`` (for ansible-runner
+and ansible-playbook subprocesses).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests import isolation
 
 if TYPE_CHECKING:
     from tests.slurmcluster import SlurmCluster
@@ -25,7 +32,10 @@ FIXTURES = REPO / "tests" / "fixtures"
 SYSROOTS = FIXTURES / "sysroots"
 SAMPLES = FIXTURES / "samples"
 
-_COLLECTIONS = Path(tempfile.mkdtemp(prefix="exemplar-colls-"))
+_OPERATOR_STATE_DIRS = isolation.operator_state_dirs(os.environ)  # before isolate() changes it
+SESSION = isolation.isolate()
+_operator_state = isolation.OperatorState(_OPERATOR_STATE_DIRS)
+_COLLECTIONS = SESSION / "collections"
 _link = _COLLECTIONS / "ansible_collections" / "exemplar" / "tune"
 _link.parent.mkdir(parents=True)
 _link.symlink_to(REPO, target_is_directory=True)
@@ -39,6 +49,29 @@ os.environ.setdefault("EXEMPLAR_TUNE_BYTECODE_CACHE", str(_COLLECTIONS / "byteco
 # Every JSON document a command prints in the tests is validated against its shipped schema
 # (exemplar_tune.json_schemas.checked): a mismatch fails the test that produced it.
 os.environ["EXEMPLAR_TUNE_VALIDATE_JSON"] = "1"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when the operator's state changed after the last test (a module
+    fixture's teardown), then remove the session directory."""
+    changed = _operator_state.changes()
+    if changed:
+        print("\nthe operator's exemplar-tune state changed during the test session's last "
+              "teardown: " + "; ".join(changed), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    isolation.remove_session_dir(SESSION)
+
+
+@pytest.fixture(autouse=True)
+def operator_state_untouched() -> Iterator[None]:
+    """Fail the test (at its teardown) when the operator's real state directories changed
+    since the previous test ended: its fixtures' setup included."""
+    yield
+    changed = _operator_state.changes()
+    if changed:
+        pytest.fail("this test (or its fixtures) changed the operator's exemplar-tune state; "
+                    "give the CLI the session's environment (tests.helpers.cli_env) or an "
+                    "EXEMPLAR_TUNE_STATE_DIR: " + "; ".join(changed[:5]), pytrace=False)
 
 
 @pytest.fixture
@@ -81,11 +114,9 @@ def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     ``fake_gpus``); every process it started is ended afterwards, also when a test fails, and
     the teardown fails if any is left. Fails, saying why, where Slurm is not installed
     (.ci/packages.txt) or the tests do not run as root (SlurmdUser=root)."""
-    from tests.slurmcluster import SlurmCluster, missing_programs
+    from tests.slurmcluster import SlurmCluster, require_slurm
 
-    if missing_programs():
-        pytest.fail(f"Slurm not installed ({', '.join(missing_programs())} missing): apt-get "
-                    "install slurmctld slurmd slurm-client (.ci/packages.txt)")
+    require_slurm()
     if os.geteuid() != 0:
         pytest.fail("the Slurm test cluster runs slurmd as root: run these tests as root")
     options = getattr(request.module, "SLURM_CLUSTER", {})

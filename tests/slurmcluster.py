@@ -26,8 +26,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 DAEMONS = ("slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
+PACKAGES = "slurmctld slurmd slurm-client"  # Debian's, for the daemons and the clients
 PORTS = 200  # slurmctld on BASE, slurmd on BASE+11.., srun on BASE+100..199
 CONF_TEMPLATE = """\
 ClusterName=exemplar
@@ -80,9 +83,18 @@ class ClusterError(RuntimeError):
     """The cluster could not be started, or left processes behind."""
 
 
-def missing_programs() -> list[str]:
-    """The Slurm programs this machine lacks (Debian: slurmctld slurmd slurm-client)."""
-    return [name for name in (*DAEMONS, *CLIENTS) if not shutil.which(name)]
+def missing_programs(names: tuple[str, ...] = (*DAEMONS, *CLIENTS)) -> list[str]:
+    """Those of the Slurm programs ``names`` (default: all) this machine lacks."""
+    return [name for name in names if not shutil.which(name)]
+
+
+def require_slurm(*names: str) -> None:
+    """Fail the calling test (never skip it) when a Slurm program it needs is missing
+    (``names``; none given: every daemon and client), naming the Debian packages to install."""
+    missing = missing_programs(names or (*DAEMONS, *CLIENTS))
+    if missing:
+        pytest.fail(f"Slurm not installed ({', '.join(missing)} missing): apt-get install "
+                    f"{PACKAGES} (.ci/packages.txt)", pytrace=False)
 
 
 class SlurmCluster:

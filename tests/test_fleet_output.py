@@ -22,6 +22,7 @@ import yaml
 
 from exemplar_tune.fleet.hostlist import ansible_limit, compress, expand
 from exemplar_tune.sim.cluster import create_cluster
+from tests.slurmcluster import require_slurm
 from tests.test_cli import cli
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
@@ -152,7 +153,9 @@ def test_a_malformed_hostlist_is_refused_in_one_line(bad):
 
 
 def test_slurm_reads_our_hostlists(tmp_path):
-    """``scontrol show hostnames`` (a real Slurm) expands what :func:`compress` writes."""
+    """``scontrol show hostnames`` (a real Slurm) expands what :func:`compress` writes; where
+    scontrol is missing the test fails naming the package (before: a bare FileNotFoundError)."""
+    require_slurm("scontrol")
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1\nPartitionName=p "
                     "Nodes=n1\n")
