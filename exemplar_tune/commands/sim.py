@@ -6,8 +6,6 @@ import argparse
 import os
 from pathlib import Path
 
-import yaml
-
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.errors import EXIT_OK, UserError
 from exemplar_tune.orchestration.tune import HOSTS_VARIABLE
@@ -111,7 +109,7 @@ def cmd_sim_create(args: argparse.Namespace) -> int:
                               host_faults=host_faults)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    faults = yaml.safe_load((args.directory / "scenario.yaml").read_text())["faults"]
+    faults = load_scenario(args.directory / "scenario.yaml")["faults"]
     print(join_lines([
         f"created {args.directory}: scenario {info['scenario']}, {len(info['hosts'])} host(s) "
         f"({info['hosts'][0]} .. {info['hosts'][-1]}), seed {info['seed']}",

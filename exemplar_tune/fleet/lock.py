@@ -39,6 +39,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.bounded_lock import 
 
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.host_claims import started_at
+from exemplar_tune.inputs import read_input
 
 SHOWN_HOSTS = 5  # overlapping hosts named in a refusal
 
@@ -107,11 +108,11 @@ def _registry(state_dir: Path | str) -> Iterator[list[dict[str, Any]]]:
 def _read(path: Path) -> list[dict[str, Any]]:
     """The claims in the registry (none when it does not exist yet); ``UserError`` when it
     cannot be read: claims of live controllers must never be dropped silently."""
-    try:
-        data = json.loads(path.read_text() or "[]")
-    except FileNotFoundError:
+    if not path.exists():
         return []
-    except (OSError, ValueError) as exc:
+    try:
+        data = json.loads(read_input(path, "lock registry") or "[]")
+    except ValueError as exc:
         raise UserError(f"lock registry {path} is unreadable ({exc}); once no exemplar-tune "
                         "runs on this machine, remove it") from None
     if not isinstance(data, list) or not all(

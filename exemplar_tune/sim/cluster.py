@@ -27,6 +27,9 @@ from typing import Any
 
 import yaml
 
+from exemplar_tune.bounded_yaml import load_yaml
+from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input
 from exemplar_tune.profile import load_profile
 from exemplar_tune.sim.boot import boot, mkconfig
 from exemplar_tune.sim.captures import imex_domains
@@ -97,7 +100,10 @@ def cluster_info(directory: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{directory}: not a simulated cluster (no cluster.yaml; create one "
                          "with 'exemplar-tune sim create')")
-    return yaml.safe_load(path.read_text())
+    try:
+        return load_yaml(read_input(path, "simulated cluster file"), str(path))
+    except (UserError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: {str(exc).splitlines()[0]}") from None
 
 
 def inventory(directory: Path, names: list[str]) -> dict[str, Any]:

@@ -45,6 +45,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist impo
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+from exemplar_tune.bounded_yaml import load_yaml
+from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input
 from exemplar_tune.sim.fabric import (
     effective_values,
     extra_cost,
@@ -76,12 +79,14 @@ def load_scenario(name_or_path: str | Path | None = None) -> dict[str, Any]:
     path = Path(name_or_path) if name_or_path else DEFAULT_SCENARIO
     if not path.suffix and str(name_or_path) in shipped_scenarios():
         path = SCENARIOS / f"{name_or_path}.yaml"
-    try:
-        scenario = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise ValueError(f"scenario {name_or_path}: no such file or shipped scenario (shipped: "
-                         f"{', '.join(shipped_scenarios())})") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                         f"{', '.join(shipped_scenarios())})")
+    try:
+        scenario = load_yaml(read_input(path, "scenario"), f"scenario {name_or_path}")
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    except yaml.YAMLError as exc:
         raise ValueError(f"scenario {name_or_path}: not readable YAML: "
                          f"{str(exc).splitlines()[0]}") from None
     missing = [k for k in SCENARIO_KEYS if not isinstance(scenario, dict) or k not in scenario]

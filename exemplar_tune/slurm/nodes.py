@@ -21,6 +21,7 @@ from pathlib import Path
 
 from exemplar_tune.checks.base import HEALTH, makes_unfit
 from exemplar_tune.errors import UserError
+from exemplar_tune.inputs import read_input
 from exemplar_tune.slurm.commands import SlurmError, run_client
 from exemplar_tune.slurm.gate import REASON_PREFIX
 from exemplar_tune.slurm.records import NodeRecord, parse_nodes
@@ -40,8 +41,8 @@ def read_failing(path: Path, threshold: str = "high") -> dict[str, str]:
     """``{host: first check id that makes it unfit}`` of a preflight result (JSON) file: a
     failing health check of severity ``threshold`` or worse (``checks.base.makes_unfit``)."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        doc = json.loads(read_input(path, "preflight result"))
+    except ValueError as exc:
         raise UserError(f"preflight result {path}: cannot read it: {exc}") from None
     hosts = doc.get("hosts") if isinstance(doc, dict) else None
     if not isinstance(hosts, dict) or not all(
