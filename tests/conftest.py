@@ -43,6 +43,9 @@ sys.path.insert(0, str(_COLLECTIONS))
 os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(_COLLECTIONS)
 os.environ.setdefault("ANSIBLE_LOCAL_TEMP", str(_COLLECTIONS / "tmp"))
 os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
+# The SSH fleet's hosts share this machine's filesystem: their module payloads go here, not
+# under the remote user's real ~/.ansible/tmp.
+os.environ.setdefault("ANSIBLE_REMOTE_TEMP", str(SESSION / "remote-tmp"))
 # Module payloads keep their bytecode here, not in the home of whoever runs the tests (the SSH
 # fleet's sshd passes it to its sessions: tests/sshfleet.py).
 os.environ.setdefault("EXEMPLAR_TUNE_BYTECODE_CACHE", str(_COLLECTIONS / "bytecode"))
