@@ -19,11 +19,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.changes import (
+    FileChange,
+    apply_changes,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.engine import (
     LayerFailed,
     run_layer,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.journal import Journal
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import UnsafePath
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from tests.helpers import cli_env, copy_sysroot
@@ -242,3 +247,15 @@ def test_a_ledger_another_writer_holds_fails_in_one_line_naming_it(tmp_path, hos
         holder.wait()
     one_line_failure(restored, f"{ledger}: the ledger stayed locked for 2 s by pid {holder.pid} "
                                f"on {socket.gethostname()} ('{sys.executable} -c import sqlite3")
+
+
+def test_an_own_file_is_refused_only_when_it_would_change(host):
+    root, own = Sysroot(str(host)), host / "etc/generated.conf"
+    own.write_bytes(b"same\n")  # neither marked nor recorded, but already as wanted
+    result = apply_changes(root, [FileChange("etc/generated.conf", b"same\n", own=True)],
+                           Journal(root, "r1"), "fabric", "k", check_mode=False)
+    assert not result["changed"]
+    with pytest.raises(UnsafePath, match="holds a file exemplar-tune did not create"):
+        apply_changes(root, [FileChange("etc/generated.conf", b"other\n", own=True)],
+                      Journal(root, "r2"), "fabric", "k", check_mode=False)
+    assert own.read_bytes() == b"same\n"

@@ -251,15 +251,16 @@ MARK = b"exemplar-tune"  # the first line of every file exemplar-tune generates 
 def check_destination(root: Sysroot, change: Change) -> None:
     """Refuse (``UnsafePath``, nothing changed yet) a file or attribute change whose path is
     not a regular file, and a change of one of exemplar-tune's own files (``own``) whose path
-    holds a file that exemplar-tune did not make: neither marked (:data:`MARK` on its first
-    line) nor recorded as created in a journal on this host."""
+    holds another file that exemplar-tune did not make: neither marked (:data:`MARK` on its
+    first line) nor recorded as created in a journal on this host."""
     if not isinstance(change, (FileChange, AttrChange)):
         return
     root.writable_path(change.path)
     if not (isinstance(change, FileChange) and change.own) or root.kind(change.path) is None:
         return
-    first = root.read_bytes(change.path, limit=4096).split(b"\n", 1)[0]
-    if MARK not in first and not created_here(root, root.display(change.path)):
+    current = root.read_bytes(change.path)
+    if current != change.content and MARK not in current.split(b"\n", 1)[0] \
+            and not created_here(root, root.display(change.path)):
         raise UnsafePath(root.display(change.path), "holds a file exemplar-tune did not create "
                          "(no journal on this host records it); refusing to replace it: name an "
                          "absent path, or move that file away first")
