@@ -11,8 +11,9 @@
   ``exemplar.tune.knob_variables`` lookup;
 * ``deploy/kubernetes/node-problem-detector-config.yaml``: node-problem-detector's plugin
   configuration, one node condition per layer with checks;
-* the README's knob and check tables (between ``<!-- generated: NAME -->`` and
-  ``<!-- end: NAME -->``).
+* the README's knob and check tables, and its table of the command files a sos report holds
+  (``plugins/module_utils/sos_commands.py``), between ``<!-- generated: NAME -->`` and
+  ``<!-- end: NAME -->``.
 
 ``--check`` writes nothing and exits 1 naming the stale files; the test suite runs it.
 """
@@ -33,6 +34,13 @@ from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
     get_layer,
     registered_knobs,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.sos_commands import (
+    MAPPED,
+    NEVER,
+    UNREAD,
+    SosOutput,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import COMMANDS
 
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.reports.npd import plugin_config_text
@@ -199,6 +207,26 @@ def check_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _sos_output(out: SosOutput) -> str:
+    since = f", sos {'.'.join(map(str, out.since))} and later" if out.since else ""
+    unit = f", the `Id={out.unit}` block" if out.unit else ""
+    return f"`{out.path}` (`{out.command}`{unit}{since})"
+
+
+def sos_table() -> str:
+    """The README's table: for each command file, the sos report output read in its place."""
+    rows = ["| command file | sos report output read | collected, not read |", "|---|---|---|"]
+    for name, argv in COMMANDS.items():
+        if name in MAPPED:
+            read = "; ".join(_sos_output(out) for out in MAPPED[name])
+        else:
+            instead = f" (`{NEVER[name].instead}` is read)" if NEVER[name].instead else ""
+            read = f"none: {NEVER[name].why}{instead}"
+        unread = "; ".join(f"{_sos_output(u.output)}: {u.why}" for u in UNREAD.get(name, ()))
+        rows.append(f"| `{name}` (`{' '.join(argv)}`) | {read} | {unread} |")
+    return "\n".join(rows) + "\n"
+
+
 def _replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- generated: {name} -->\n", f"<!-- end: {name} -->"
     if start not in text or end not in text:
@@ -260,7 +288,8 @@ def generated() -> dict[Path, str]:
     files[SCHEMA] = profile_schema(json.loads(SCHEMA.read_text()))
     readme = README.read_text()
     readme = _replace_block(readme, "knobs", knob_table())
-    files[README] = _replace_block(readme, "checks", check_table())
+    readme = _replace_block(readme, "checks", check_table())
+    files[README] = _replace_block(readme, "sos", sos_table())
     return files
 
 

@@ -8,7 +8,9 @@ file of the machine that reads it.
 
 Command outputs (``nvidia-smi -q -x``, the kernel log ...) come from running the command on a
 live host, and from ``<root>/.exemplar/commands/<name>`` inside a sysroot. A sysroot never
-executes host commands. The known commands are listed in :data:`COMMANDS`.
+executes host commands. The known commands are listed in :data:`COMMANDS`. A sysroot that is
+the top directory of a sos report has its command files in ``sos_commands/`` instead: there a
+command file the tree lacks stands for the sos output mapped to it (:mod:`sos_commands`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     CommandFailed,
@@ -28,7 +30,11 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
     UnsafePath,
 )
 
+if TYPE_CHECKING:
+    from ansible_collections.exemplar.tune.plugins.module_utils.sos_commands import SosReport
+
 COMMANDS_DIR = ".exemplar/commands"
+_COMMAND_FILE = COMMANDS_DIR + "/"
 MAX_READ = 8 * 1024 * 1024
 CHUNK = 64 * 1024
 COMMAND_TIMEOUT = 30
@@ -80,6 +86,8 @@ class Sysroot:
         self._outputs: dict[str, CommandOutput | NotSupported] = {}
         self._links: dict[str, str | None] = {}
         self._prefixes: dict[str, tuple[tuple[str, ...], int]] = {}
+        self._sos: SosReport | None = None
+        self._sos_checked = False
 
     def __repr__(self) -> str:
         return f"Sysroot({self.root!r})"
@@ -91,11 +99,19 @@ class Sysroot:
         return "/" + rel.strip("/")
 
     def path(self, rel: str) -> str:
-        """Real path of host path ``rel`` (``"sys/class/iommu"`` or ``"/sys/class/iommu"``)."""
+        """Real path of host path ``rel`` (``"sys/class/iommu"`` or ``"/sys/class/iommu"``).
+
+        In a sos report, a command file the tree lacks (``.exemplar/commands/dmesg.txt``) is
+        the report's output that holds it as it is (``sos_commands/kernel/dmesg``)."""
         rel = rel.strip("/")
         if self.live:
             return "/" + rel
-        return self._resolve_inside(rel)
+        real = self._resolve_inside(rel)
+        if rel.startswith(_COMMAND_FILE) and not os.path.lexists(real) \
+                and (sos := self.sos_report()) is not None \
+                and (mapped := sos.file_for(rel[len(_COMMAND_FILE):])) is not None:
+            return self._resolve_inside(mapped)
+        return real
 
     def _resolve_inside(self, rel: str) -> str:
         """Resolve ``rel`` component by component, keeping every symlink inside the root.
@@ -362,10 +378,25 @@ class Sysroot:
             raise NotSupported(found.path, found.reason)  # a fresh one: no shared traceback
         return found
 
+    def sos_report(self) -> SosReport | None:
+        """The sos report this sysroot is the top directory of; ``None`` when it is none (a
+        live host never is)."""
+        if not self._sos_checked and not self.live:
+            from ansible_collections.exemplar.tune.plugins.module_utils import sos_commands
+
+            if sos_commands.is_sos_root(self):
+                self._sos = sos_commands.SosReport(self)
+        self._sos_checked = True
+        return self._sos
+
     def _captured(self, name: str) -> CommandOutput:
         """The captured run of command ``name``: its output, and its exit status and stderr
-        when it failed; ``NotSupported`` when the capture has neither."""
+        when it failed; ``NotSupported`` when the capture has neither. A sos report without
+        the capture gives its mapped output, or ``NotSupported`` naming what it lacks."""
         rel = f"{COMMANDS_DIR}/{name}"
+        if not any(os.path.lexists(self._leaf(f"{rel}{end}")) for end in ("", ".rc")) \
+                and (sos := self.sos_report()) is not None:
+            return self._from_sos(sos, name)
         status = self.read_optional(f"{rel}.rc")
         if status is None:
             try:
@@ -383,6 +414,14 @@ class Sysroot:
         stderr = self.read_optional(f"{rel}.stderr")
         return CommandOutput(source=" ".join(COMMANDS[name]), stdout=stdout or "", rc=rc,
                              stderr=stderr or "")
+
+    def _from_sos(self, sos: SosReport, name: str) -> CommandOutput:
+        """Command ``name`` read out of sos report ``sos``; ``NotSupported`` (the command,
+        and why the report lacks it) when it holds none."""
+        found = sos.read(name)
+        if found is None:
+            raise NotSupported(" ".join(COMMANDS[name]), sos.why_absent(name))
+        return CommandOutput(source=found.source, stdout=found.text, rc=found.rc)
 
     def environ(self) -> dict[str, str]:
         """The reading process's environment, limited to NCCL_/ENROOT_ variables and HOME.
