@@ -121,9 +121,12 @@ def diagnose_stream(stream: LineStream, source: str,
                                              whole_bytes), source, dict(expectations or {}))
     except DiagnoseError:
         raise
-    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, ArithmeticError) as exc:
         why = " ".join(str(exc).split())
         raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
+    except RecursionError:  # input nested deeper than a reader follows
+        raise DiagnoseError(f"{source}: malformed {analyzer.kind} output (nested deeper than "
+                            "it is read)") from None
     if described := stream.described():
         report.summary.setdefault("input", described)
     return report

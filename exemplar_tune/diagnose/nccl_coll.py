@@ -42,6 +42,7 @@ how many calls were forgotten so.
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -70,6 +71,10 @@ _CALL = re.compile(
     r".*?\bcount (?P<count>\d+) datatype (?P<dtype>\d+) op \d+ root (?P<root>-?\d+) "
     r"comm (?P<comm>\S+)(?: \[nranks=(?P<nranks>\d+)\])?"
     r"(?:.*?\bglobalrank (?P<grank>\d+))?")
+# NCCL's own prefix written backwards (" OFNI LCCN ]0[ 456:123:host"): read from the call's
+# name back to the prefix's start, each part in one pass (see _search)
+_PREFIX_BACKWARDS = re.compile(r" OFNI LCCN \]\d+\[(?: \d+:\d+:[^\s:\[\]()]+)?")
+_OPCOUNT = ": opCount "
 _VERSION = re.compile(r"\b[NR]CCL version :? ?(\d+\.\d+\.\d+[^\s,]*)")
 
 
@@ -139,15 +144,28 @@ def _call(m: re.Match[str], n: int, rank: int | None) -> CollCall:
                     int(dev) if dev else None, int(grank) if grank else rank, n)
 
 
+def _search(line: str) -> re.Match[str] | None:
+    """The call of ``line`` as ``_CALL.search`` finds it, in time linear in the line: matched
+    where it starts (the collective's name before the first ``": opCount "``, or NCCL's prefix
+    before that name), never tried at every position of the line (the prefix's host and the
+    name are runs of characters: tried at every position, a long run is read again at each)."""
+    at = line.find(_OPCOUNT)
+    if at < 0:
+        return None
+    start = len(line[:at].rstrip(string.ascii_letters))
+    prefix = _PREFIX_BACKWARDS.match(line[start - 1::-1]) if start else None
+    return _CALL.match(line, start - prefix.end() if prefix else start)
+
+
 def _match(line: str) -> tuple[re.Match[str], int | None] | None:
     """The COLL call of ``line`` and the global rank its launcher named, if it is one."""
-    if "opCount" not in line:
+    if _OPCOUNT not in line:
         return None
     m = _CALL.match(line)
     if m and m.group("host"):  # NCCL's own prefix first: no launcher prefix left to remove
         return m, None
     line, rank = _cleaned(line)
-    m = _CALL.search(line)
+    m = _search(line)
     return (m, rank) if m else None
 
 
@@ -310,4 +328,4 @@ def _top(sizes: dict[int, Occurrences], share: float, limit: int) -> list[SizeSh
 
 def is_call_line(line: str) -> bool:
     """True for a COLL call line, whatever prefix it has."""
-    return bool(_CALL.search(clean_line(line)[0]))
+    return _OPCOUNT in line and bool(_search(clean_line(line)[0]))

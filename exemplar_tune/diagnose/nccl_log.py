@@ -57,8 +57,10 @@ _AFFINITY = re.compile(r"Setting affinity for GPU (\d+) to (\S+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _NCCL_TAG = re.compile(r"NCCL (?:INFO|WARN)\b")  # after a non-word character: is_nccl_line
 _NCCL_START = re.compile(r"NCCL version \d")
+# ([\w ]*\w)\s*$ and not ([\w ]+?)\s*$: a lazy name before blanks to the line's end reads a
+# run of blanks again from each of its characters
 _TRANSPORT = re.compile(r"\bvia (NET/[\w-]+|P2P/[\w-]+|P2P\b|SHM|CollNet\w*)|"
-                        r"\bUsing network ([\w ]+?)\s*$")
+                        r"\bUsing network ([\w ]*\w)\s*$")
 _BROKEN = ("cannot_open", "wrong_version", "parse_error")
 CHECK_INTERFACES = "fabric.nccl-interfaces"
 _USING = re.compile(r"\b(Bootstrap|NET/Socket)\s*: Using (.*)$")
@@ -73,7 +75,7 @@ def sniff(text: str) -> bool:
     """NCCL INFO/WARN lines, COLL call lines whose prefix was cut, or an NCCL error that a
     framework raised (``NCCL error in: ... unhandled system error, NCCL version 2.7.8``)."""
     return any(is_nccl_line(line) or nccl_coll.is_call_line(line)
-               or nccl_warn.RAISED.search(line) for line in text.splitlines())
+               or nccl_warn.raised(line) for line in text.splitlines())
 
 
 def is_nccl_line(line: str) -> bool:

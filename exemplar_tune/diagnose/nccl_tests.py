@@ -51,9 +51,14 @@ CHECK_WRONG = "fabric.nccl-validation"
 _RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+"
                    r"(?P<host>\S+)\s+device\s+\d+")
 _PREAMBLE = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+")
-_NRANKS = re.compile(r"\bNCCL INFO\b.*\bnranks (\d+)")
-_LAUNCH = re.compile(r"\b(?:mpirun|mpiexec|srun)\b.*?\s(?:-np|-n|--ntasks|--np)[\s=](\d+)\b"
-                     r".*?\b\w+_perf\w*\b(?P<args>.*)$")
+# Each part below is searched from where the part before it ended, once per line: a pattern
+# "A.*B" searched whole is tried again from each A of a line that repeats A, each try reading
+# the rest of the line (quadratic)
+_INFO = re.compile(r"\bNCCL INFO\b")
+_NRANKS = re.compile(r"\bnranks (\d+)")
+_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|srun)\b")
+_NP = re.compile(r"\s(?:-np|-n|--ntasks|--np)[\s=](\d+)\b")
+_PERF = re.compile(r"\b\w+_perf\w*\b")
 
 
 def sniff(text: str) -> bool:
@@ -142,14 +147,25 @@ def test_summary(test: dict[str, Any]) -> dict[str, Any]:
             **{k: test[k] for k in ("runs", "run_lines") if k in test}}
 
 
+def nranks_of(line: str) -> re.Match[str] | None:
+    """The last ``nranks N`` after the line's first ``NCCL INFO``."""
+    info = _INFO.search(line)
+    found = list(_NRANKS.finditer(line, info.end())) if info else []
+    return found[-1] if found else None
+
+
 def _launched_ranks(line: str) -> int | None:
     """``-np N`` of an ``mpirun``/``srun`` line that starts a ``*_perf`` binary, times its
     ``-g`` (GPUs per process) and ``-t`` (threads)."""
-    if m := _LAUNCH.search(line):
-        per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", m["args"])) else 1
-               for flag in ("g", "t")]
-        return int(m.group(1)) * per[0] * per[1]
-    return None
+    launcher = _LAUNCHER.search(line)
+    count = _NP.search(line, launcher.end()) if launcher else None
+    perf = _PERF.search(line, count.end()) if count else None
+    if perf is None:
+        return None
+    args = line[perf.end():]
+    per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", args)) else 1
+           for flag in ("g", "t")]
+    return int(count.group(1)) * per[0] * per[1]
 
 
 class RunFacts:
@@ -173,7 +189,7 @@ class RunFacts:
                 self.zeros += m["rank"] == "0"
             elif "nThread" in line:
                 self.preambles += bool(_PREAMBLE.match(line))
-        elif "nranks" in line and (m := _NRANKS.search(line)):
+        elif "nranks" in line and (m := nranks_of(line)):
             self.nranks = max(self.nranks or 0, int(m.group(1)))
         elif self.launched is None and "_perf" in line:
             self.launched = _launched_ranks(line)

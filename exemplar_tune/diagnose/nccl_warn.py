@@ -29,15 +29,24 @@ from exemplar_tune.diagnose.normalize import natural
 from exemplar_tune.fleet.hostlist import compress
 
 CHECK = "fabric.nccl-errors"
-PREFIX = re.compile(r"(?:^|(?<=[\s`\[(]))(?P<host>[^\s:`\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) "
-                    r"\[(?P<dev>\d+)\]")
-_LINK = re.compile(r"\[([^\]\n]*)\]\(https?://[^)\s]*\)?")
+# a host name is at most 253 characters (DNS): a longer word is no host
+PREFIX = re.compile(r"(?:^|(?<=[\s`\[(]))(?P<host>[^\s:`\[\]()]{1,253}):(?P<pid>\d+):"
+                    r"(?P<tid>\d+) \[(?P<dev>\d+)\]")
+# the text of a link holds no "[": each "[" of a long run of them would read the rest again
+_LINK = re.compile(r"\[([^\[\]\n]*)\]\(https?://[^)\s]*\)?")
 _WARN = re.compile(r"\bNCCL WARN\s+(?P<msg>.*)$")
-_RETURN = re.compile(r"\bNCCL INFO .*?(?P<where>[\w./-]+\.\w+:\d+) -> (?P<code>\d+)\b")
-RAISED = re.compile(r"\bNCCL error\b.*?,\s*(?P<why>unhandled system error|unhandled cuda "
-                     r"error|internal error|invalid argument|invalid usage|remote process "
-                     r"exited or there was a network error)|\b(?P<name>nccl(?:UnhandledCuda|"
-                     r"System|Internal|InvalidArgument|InvalidUsage|Remote)Error)\b")
+# Each pattern below is searched from where its literal starts, once per line: a literal
+# followed by ".*?" and searched as one pattern is tried again from each of its occurrences,
+# each reading the rest of the line (quadratic in a line that repeats it).
+_INFO = re.compile(r"\bNCCL INFO ")
+# (?<![\w./-]): a file name starts where its run of characters does (see _BAR in steplog)
+_RETURN = re.compile(r"(?<![\w./-])(?P<where>[\w./-]+\.\w+:\d+) -> (?P<code>\d+)\b")
+_ERROR = re.compile(r"\bNCCL error\b")
+_WHY = re.compile(r",\s*(?P<why>unhandled system error|unhandled cuda error|internal error|"
+                  r"invalid argument|invalid usage|remote process exited or there was a "
+                  r"network error)")
+_ERROR_NAME = re.compile(r"\b(?P<name>nccl(?:UnhandledCuda|System|Internal|InvalidArgument|"
+                         r"InvalidUsage|Remote)Error)\b")
 _TOPOLOGY = re.compile(r"^XML\b|XML Topology")
 _NET_IB = re.compile(r"^\s*NET/IB\s*:\s*")
 
@@ -86,6 +95,26 @@ def unlinked(line: str) -> str:
     return _LINK.sub(r"\1", line) if "](http" in line else line
 
 
+def returned(line: str) -> re.Match[str] | None:
+    """The first ``<file>:<line> -> <code>`` after the line's first ``NCCL INFO`` (its
+    ``where`` and ``code``): an NCCL call that returned an error code."""
+    info = _INFO.search(line)
+    return _RETURN.search(line, info.end()) if info else None
+
+
+def raised(line: str) -> int | None:
+    """The ``ncclResult_t`` of an NCCL error raised to the framework, the first the line
+    names: ``NCCL error ..., <why>`` or the error's name (``ncclSystemError``)."""
+    error = _ERROR.search(line)
+    why = _WHY.search(line, error.end()) if error else None
+    named = _ERROR_NAME.search(line)
+    if why and (named is None or error.start() < named.start()):
+        return next(c for c, (_, text) in RESULTS.items() if text == why["why"])
+    if named:
+        return next(c for c, (name, _) in RESULTS.items() if name == named["name"])
+    return None
+
+
 def origin(line: str, source: str | None = None) -> tuple[str | None, str | None]:
     """``(host, rank key)`` of an NCCL line: its ``host:pid:tid [dev]`` prefix, else the
     launcher source :mod:`normalize` kept; the rank key is ``host:pid [dev]``."""
@@ -104,7 +133,11 @@ def _result(code: int) -> str:
     return f"{name}: {text}"
 
 
-# (pattern on the WARN message, status, label from the match, detail from the match)
+# (pattern on the WARN message, status, label from the match, detail from the match). Each is
+# searched in time linear in the message: a run that may start anywhere (a device name, blanks)
+# starts where the run does ((?<!\S), \b), and a value read to the end of the line is taken
+# greedily up to its last non-blank (.*\S), never lazily before \s*$ (in a long run of blanks,
+# each character would read the rest of the run again).
 _Rule = tuple[re.Pattern[str], str, Callable[[re.Match[str]], str],
               Callable[[re.Match[str]], str | None]]
 _RULES: tuple[_Rule, ...] = (
@@ -113,16 +146,16 @@ _RULES: tuple[_Rule, ...] = (
      FAIL, lambda m: f"IB completion error {m['code']} ({_wc(m['code'])})",
      lambda m: " ".join(p for p in (m["vendor"] and f"vendor err {m['vendor']}", m["dir"]) if p)
      or None),
-    (re.compile(r"(?P<dev>\S+:\d+)?\s*(?:Got )?async (?:fatal )?event(?: on QP \([^)]*\))?"
-                r"\s*:\s*(?P<event>.+?)\s*$"),
+    (re.compile(r"(?:(?<!\S)(?P<dev>\S+:\d+)\s+)?(?:Got )?async (?:fatal )?event"
+                r"(?: on QP \([^)]*\))?\s*:\s*(?P<event>.*\S)\s*$"),
      FAIL, lambda m: f"IB async event: {m['event']}", lambda m: m["dev"]),
     (re.compile(r"communicator encountered a fatal error(?: \((?P<where>[^)]*)\))?"),
      FAIL, lambda m: "communicator fatal error", lambda m: m["where"]),
     (re.compile(r"Call to (?P<call>\w+) failed(?:\s*(?:with error|:)\s*(?P<why>.+))?"),
      FAIL, lambda m: f"{m['call']} failed", lambda m: m["why"]),
-    (re.compile(r"Connect to (?P<peer>\S+) failed\s*:\s*(?P<why>.+?)\s*$"),
+    (re.compile(r"Connect to (?P<peer>\S+) failed\s*:\s*(?P<why>.*\S)\s*$"),
      FAIL, lambda m: f"connect to peer failed: {m['why']}", lambda m: m["peer"]),
-    (re.compile(r"collective mismatch error(?P<why>.*?)(?:\s+addr\b|$)"),
+    (re.compile(r"collective mismatch error(?P<why>.*?)(?:(?<!\s)\s+addr\b|$)"),
      FAIL, lambda m: "collective mismatch: the ranks called different collectives or sizes",
      lambda m: m["why"].strip() or None),
     (re.compile(r"Failed to open (?P<lib>\S+)"),
@@ -131,7 +164,7 @@ _RULES: tuple[_Rule, ...] = (
      lambda m: None),
     (re.compile(r"Cuda failure '?(?P<why>[^']+)'?"),
      FAIL, lambda m: f"CUDA failure: {m['why'].strip()}", lambda m: None),
-    (re.compile(r"(?P<call>nccl\w+) failed: (?P<why>.+?)\s*$"),
+    (re.compile(r"\b(?P<call>nccl\w+) failed: (?P<why>.*\S)\s*$"),
      FAIL, lambda m: f"{m['call']} failed: {m['why']}", lambda m: None),
 )
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
@@ -161,12 +194,10 @@ class ProblemReader:
             if not _TOPOLOGY.search(message):
                 label, status, detail = _classify(message)
                 self._add(label, status, n, line, source, detail)
-        elif " -> " in line and (m := _RETURN.search(line)) and int(m["code"]) in RESULTS:
+        elif " -> " in line and (m := returned(line)) and int(m["code"]) in RESULTS:
             self._add(f"NCCL calls returned {_result(int(m['code']))}", FAIL, n, line, source,
                       m["where"].rsplit("/", 1)[-1], "return")
-        elif "rror" in line and (m := RAISED.search(line)):
-            code = next(c for c, (name, why) in RESULTS.items() if m["why"] == why
-                        or m["name"] == name)
+        elif "rror" in line and (code := raised(line)):
             self._add(f"NCCL error raised to the framework: {_result(code)}", FAIL, n, line,
                       source, None, "raised")
 

@@ -28,7 +28,8 @@ _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _NOISE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # control characters, CR and ESC among them
 
-# (kind, pattern, rank group, host group); tried at the line start until none matches
+# (kind, pattern, rank group, host group); tried at the line start until none matches. A host
+# name is at most 253 characters (DNS): a longer word is no host.
 _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
     ("quote", re.compile(r"^(?:> ?)+"), None, None),
     ("pm2", re.compile(r"^\d+\|[\w.-]+\s*\| "), None, None),
@@ -37,7 +38,7 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
                              r"(?:: |[ \t])?"),
      None, None),
     ("timestamp", re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)?\] ?"), None, None),
-    ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]+) "
+    ("syslog", re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]{1,253}) "
                           r"[\w./-]+(?:\[\d+\])?: "), None, "host"),
     ("dmesg time", re.compile(r"^\[\s*\d+\.\d+\]\s?"), None, None),
     ("OpenMPI tag", re.compile(r"^\s*\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank", None),
@@ -46,8 +47,8 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], str | None, str | None], ...] = (
                        r"(?:, ip=(?P<host>[\d.]+))?\)\s?"), "rank", "host"),
     ("srun --label", re.compile(r"^\s*(?P<rank>\d+): "), "rank", None),
     # a name with a digit: the look-ahead finds it without backtracking over long names
-    ("host label", re.compile(r"^(?=[A-Za-z][\w.-]*?\d)(?P<host>[A-Za-z][\w.-]*+): "), None,
-     "host"),
+    ("host label", re.compile(r"^(?=[A-Za-z][\w.-]*?\d)(?P<host>[A-Za-z][\w.-]{0,252}+): "),
+     None, "host"),
 )
 
 

@@ -46,9 +46,13 @@ _BANNER = re.compile(r"^\s*(?:\[\d+/\d+\]\s+)?Executing '(\w+)' stats report"
                      r"|^\s*Processing \[.*\] with \[(?:.*/)?(\w+)\.py\]"
                      rf"|^\s*(?:Generating\s+)?({_OLD})(?!\w)")
 _SKIPPED = re.compile(r"^\s*SKIPPED:\s*(.*)$")
-_HEADER = re.compile(r"""^\s*\|?\s*"?Time\s*\(%\)"?\s*[,|]?\s*"?Total Time\b""")
+# (?:[,|]\s*)? rather than [,|]?\s*: two runs of blanks side by side split a long run of
+# blanks every way there is before failing (quadratic)
+_HEADER = re.compile(r"""^\s*(?:\|\s*)?"?Time\s*\(%\)"?\s*(?:[,|]\s*)?"?Total Time\b""")
 _RULE = re.compile(r"^[\s\-+|=]*-[\s\-+|=]*$")
-_NAME_UNIT = re.compile(r"^(.*?)\s*(?:\(\s*(%|ns|us|ms|s|nsec|usec|msec|sec)\s*\))?$")
+# the unit at a name's end: searched from its "(" (a lazy name before optional blanks to the
+# end reads a run of blanks again from each of its characters)
+_UNIT = re.compile(r"\(\s*(%|ns|us|ms|s|nsec|usec|msec|sec)\s*\)\s*$")
 _KNOWN = re.compile(r"Time\s*\(%\)|Total Time(?:\s*\(\w+\))?|Num Calls|Instances|Calls|Count"
                     r"|(?:Average|Avg|Median|Med|Minimum|Min|Maximum|Max|StdDev)(?:\s*\(\w+\))?"
                     r"|Style|Range|Name|Operation")
@@ -109,9 +113,13 @@ def infer_report(header: Header, rows: list[dict[str, Any]]) -> str:
 
 
 def split_fields(line: str, layout: str) -> list[str]:
-    """The cells of a csv or ``|`` table line."""
+    """The cells of a csv or ``|`` table line; ``ValueError`` for a csv line the csv module
+    refuses (a cell longer than its field limit, 128 KiB)."""
     if layout == "csv":
-        return next(csv.reader([line.strip()]), [])
+        try:
+            return next(csv.reader([line.strip()]), [])
+        except csv.Error as exc:
+            raise ValueError(f"csv line unreadable: {exc}") from None
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
@@ -134,8 +142,8 @@ def parse_header(line: str) -> Header | None:
             names = [*_KNOWN.findall(stripped), " ".join(_KNOWN.sub(" ", stripped).split())]
     keys, scale = [], 1.0
     for name in names:
-        m = _NAME_UNIT.match(name)
-        base, unit = (m.group(1), m.group(2)) if m else (name, None)
+        m = _UNIT.search(name)
+        base, unit = (name[:m.start()].rstrip(), m.group(1)) if m else (name.rstrip(), None)
         keys.append(KEYS.get(base))
         scale = SCALE.get(unit or "", scale) if keys[-1] == "total" else scale
     return Header(layout, names, keys, scale)

@@ -54,19 +54,28 @@ _PROC_TITLE = re.compile(r"Per-node process memory usage \(in MBs\)(?: for PID (
 _MEM_TITLE = re.compile(r"Per-node system memory usage \(in MBs\)")
 _INFO_TITLE = re.compile(r"Per-node numastat info \(in MBs\)")
 _HEADER = re.compile(r"(?:node\s?\d+\s*)+", re.I)
-_COMPACT_ROW = re.compile(r"^\s*(\d+)\s+\(([^)]*?)\)?\s+(-?[\d.]+(?:\s+-?[\d.]+)*)\s*$")
+_PID = re.compile(r"^PID\s+")
+# "1740 (dbus-daemon)  6.70  6.70", or a name numastat cut ("70718 (qemu-syst  58  539"): its
+# words after the first do not start as a number does, so where the values start is never in
+# doubt (a name read lazily up to values that must reach the line's end is tried again at each
+# character, each try reading the rest of the line)
+_COMPACT_ROW = re.compile(r"^\s*(\d+)\s+\((?:([^)]*)\)|([^)\s]*(?: [^)\s\d.-][^)\s]*)*))"
+                          r"\s+(-?[\d.]+(?:\s+-?[\d.]+)*)\s*$")
 _BLOCK_ROWS = ("Huge", "Heap", "Stack", "Private")
 _NUMACTL_CPUS = re.compile(r"^node (\d+) cpus:(.*)$")
 
 
 def sniff(text: str) -> bool:
-    return bool(re.search(r"^\s*numa_hit\s+\d", text, re.M | re.I)) or any(
+    # [ \t]* and not \s*: a blank at a line's start never runs on over the next lines
+    return bool(re.search(r"^[ \t]*numa_hit\s+\d", text, re.M | re.I)) or any(
         t.search(text) for t in (_PROC_TITLE, _MEM_TITLE, _INFO_TITLE))
 
 
 def _nodes(line: str) -> list[str]:
     """``["node0", "node1"]`` from a column header line (``node0 node1``, ``PID Node 0 ...``)."""
-    rest = re.sub(r"^\s*(PID\s+)?|\s*Total\s*$", "", line)
+    rest = _PID.sub("", line.strip())
+    if rest.endswith("Total"):  # by hand: "\s*Total" searched reads a run of blanks again
+        rest = rest[:-len("Total")].rstrip()  # from each of its characters
     if not _HEADER.fullmatch(rest):
         return []
     return [f"node{n}" for n in re.findall(r"node\s?(\d+)", rest, re.I)]
@@ -196,7 +205,7 @@ def _process_row(cap: Capture, state: _State, line: str, n: int) -> bool:
         else:
             cap.total_rows.append({"line": n, "node_mb": read[0], "total_mb": read[1]})
         return True
-    if not (m := _COMPACT_ROW.match(line)) or not (read := _values(m.group(3).split(), state)):
+    if not (m := _COMPACT_ROW.match(line)) or not (read := _values(m.group(4).split(), state)):
         return False
     folded = next((p for p in cap.processes if p["pid"] == m.group(1)
                    and not set(p["node_mb"]) & set(read[0])), None)
@@ -204,7 +213,8 @@ def _process_row(cap: Capture, state: _State, line: str, n: int) -> bool:
         folded["node_mb"], folded["total_mb"] = _merge(
             (folded["node_mb"], folded["total_mb"]), read)
     else:
-        cap.processes.append({"pid": m.group(1), "name": m.group(2).strip(), "line": n,
+        cap.processes.append({"pid": m.group(1), "name": (m.group(2) or m.group(3)).strip(),
+                              "line": n,
                               "node_mb": read[0], "total_mb": read[1], "summed_rows": False})
     return True
 

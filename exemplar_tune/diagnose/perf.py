@@ -43,9 +43,11 @@ TOP_N = 5
 _ROW = re.compile(r"^\s*(?:(\d+\.\d+)%\s+)?(\d+\.\d+)%\s+(.*?)\s*\[([k.gujH])\]\s+(\S+)")
 _SMMU = re.compile(r"^_*arm_smmu_(cmdq_|tlb_inv|atc_inv|sync|cmdq)")
 _SUFFIX = re.compile(r"\.(constprop|isra|part|cold|llvm)\.?\d*.*$|>$")
-_NEW_TABLE = re.compile(r"^\s*#?\s*(Samples:|PerfTop:)")
+# (?:#\s*)? rather than #?\s*: two runs of blanks side by side split a long run of blanks
+# every way there is before failing (quadratic)
+_NEW_TABLE = re.compile(r"^\s*(?:#\s*)?(Samples:|PerfTop:)")
 _EVENT = re.compile(r"Samples:\s*\S+\s+of event '([^']+)'|PerfTop:.*\[\d+Hz ([^\]]+)\]")
-_HEADER = re.compile(r"^\s*#?\s*(?:Children\s+Self|Overhead)\s+[A-Z]")
+_HEADER = re.compile(r"^\s*(?:#\s*)?(?:Children\s+Self|Overhead)\s+[A-Z]")
 _PCT = re.compile(r"^\d+\.\d+%$")
 _MARK = re.compile(r"(?=\[[k.gujHv]\]\s)")
 _CELL_GAP = re.compile(r"\t+\s*|\s{2,}")

@@ -86,7 +86,9 @@ _DS_TIMER = re.compile(r"\b\d+/(\d+), (?:RunningAvgSamplesPerSec=[\d.]+, CurrSam
                        + _NUM + r"|SamplesPerSec=[\d.]+)")
 _HF_DICT = re.compile(r"\{'[A-Za-z_]+': [^{}\n]*\}")
 _HF_HEADER = re.compile(r"\*{5} Running training \*{5}")
-_BAR = re.compile(r"(?P<n>\d+)(?:/(?P<total>\d+|\?)|it)\s*\[(?P<elapsed>(?:\d+:)?\d+:\d\d)"
+# (?<!\d): a count starts where its digits do; tried at every digit of a long run of them,
+# each start would read the rest of the run again (quadratic)
+_BAR = re.compile(r"(?<!\d)(?P<n>\d+)(?:/(?P<total>\d+|\?)|it)\s*\[(?P<elapsed>(?:\d+:)?\d+:\d\d)"
                   r"(?P<rest>[^\]]*)")
 _RATE = re.compile(_NUM + r"\s*(s/it|it/s)")
 _OTHER_RATE = re.compile(r"[\d.?]\s*(?!s/it|it/s)[A-Za-z]+/s\b")  # examples/s, ba/s: not steps
@@ -150,12 +152,12 @@ class Context:
         text = line.text
         if self.interval is None and "interval" in text:
             m = _MEG_INTERVAL.search(text)
-            self.interval = int(m.group(1)) if m and int(m.group(1)) > 0 else None
+            self.interval = step_of(m.group(1)) or None if m else None
         if self.seq_len is None and "seq_len" in text and (m := _SEQ_LEN.search(text)):
-            self.seq_len = int(m.group(1))
+            self.seq_len = step_of(m.group(1))
         if self.batch is None and "local_batch_size" in text and (
                 m := _LOCAL_BATCH.search(text)):
-            self.batch = int(m.group(1))
+            self.batch = step_of(m.group(1))
         self.events += events_of(line)
 
 
@@ -181,8 +183,8 @@ class StepLines:
         for reader in (self.context, *self.families):
             try:
                 reader.feed(line)
-            except ValueError:  # a number too long to be one (over 4300 digits): not a reading
-                continue
+            except (ValueError, OverflowError):  # a number too long to be one: not a reading
+                continue  # (over 4300 digits for int(), over 2**63 for an array of steps)
         self.last = line.n
 
     def series(self) -> Series:

@@ -23,6 +23,7 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
     ParseError,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_count
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import (
     COMMANDS,
     COMMANDS_DIR,
@@ -56,11 +57,18 @@ def read_acpi_devices(root: Sysroot) -> list[dict[str, str | int | None]]:
             continue
         status_rel = f"{ACPI_DEVICES}/{name}/status"
         status = root.read_optional(status_rel)
-        if status is not None and not status.isdigit():
-            raise ParseError(root.display(status_rel), status, "not an ACPI _STA value")
         found.append({"name": name, "uid": root.read_optional(f"{ACPI_DEVICES}/{name}/uid"),
-                      "status": None if status is None else int(status)})
+                      "status": None if status is None else _sta(status,
+                                                                 root.display(status_rel))})
     return found
+
+
+def _sta(text: str, source: str) -> int:
+    """An ACPI ``_STA`` value (decimal); ``ParseError`` otherwise."""
+    try:
+        return parse_count(text, source)
+    except ParseError:
+        raise ParseError(source, text, "not an ACPI _STA value") from None
 
 
 def parse_bool_param(text: str, source: str = "module parameter") -> bool:

@@ -2,11 +2,17 @@
 
 Formats: ``Documentation/admin-guide/cputopology.rst`` (cpulist) and ``bitmap_parse`` in
 ``lib/bitmap.c`` (comma-separated 32-bit hex words, most significant first).
+
+A CPU number is below :data:`MAX_CPUS` (the kernel's ``NR_CPUS`` is at most 8192): a list or
+mask naming a higher one is refused, so a few characters (``0-4000000000``) never expand to
+billions of CPUs.
 """
 
 from __future__ import annotations
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+
+MAX_CPUS = 1 << 16
 
 
 def parse_cpulist(text: str, source: str = "cpulist") -> list[int]:
@@ -21,16 +27,27 @@ def parse_cpulist(text: str, source: str = "cpulist") -> list[int]:
     for chunk in text.split(","):
         try:
             cpus.update(_expand_chunk(chunk.strip()))
-        except ValueError:
+        except (ValueError, ZeroDivisionError):  # ZeroDivisionError: a stride of "/0"
             raise ParseError(source, text, "not a CPU list") from None
+        except OverflowError:
+            raise ParseError(source, text, f"CPU number of {MAX_CPUS} or more") from None
     return sorted(cpus)
+
+
+def _cpu(token: str) -> int:
+    """One CPU number; ``OverflowError`` from :data:`MAX_CPUS` on (read from at most 6
+    digits: a longer number is never converted, whatever its length)."""
+    number = int(token) if len(token.strip().lstrip("+").lstrip("0")) <= 6 else MAX_CPUS
+    if number >= MAX_CPUS:
+        raise OverflowError(token)
+    return number
 
 
 def _expand_chunk(chunk: str) -> range | list[int]:
     if "-" not in chunk:
-        return [int(chunk)]
+        return [_cpu(chunk)]
     span, _, stride = chunk.partition(":")
-    first, last = (int(x) for x in span.split("-", 1))
+    first, last = (_cpu(x) for x in span.split("-", 1))
     if last < first:
         raise ValueError(chunk)
     if not stride:
@@ -55,7 +72,8 @@ def format_cpulist(cpus: list[int] | set[int]) -> str:
 
 
 def parse_cpumask(text: str, source: str = "cpumask") -> list[int]:
-    """``"00000000,0003ffff"`` -> CPUs 0..17; an all-zero mask is an empty list."""
+    """``"00000000,0003ffff"`` -> CPUs 0..17; an all-zero mask is an empty list. The bits are
+    read off the mask's binary digits (shifting the number once per bit is quadratic)."""
     digits = text.strip().replace(",", "")
     if not digits:
         return []
@@ -63,4 +81,6 @@ def parse_cpumask(text: str, source: str = "cpumask") -> list[int]:
         value = int(digits, 16)
     except ValueError:
         raise ParseError(source, text, "not a hex CPU mask") from None
-    return [bit for bit in range(value.bit_length()) if value >> bit & 1]
+    if value.bit_length() > MAX_CPUS:
+        raise ParseError(source, text, f"a CPU mask of more than {MAX_CPUS} CPUs")
+    return [bit for bit, one in enumerate(reversed(bin(value))) if one == "1"]

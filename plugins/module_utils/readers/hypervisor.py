@@ -50,7 +50,9 @@ DMI_VENDORS: tuple[tuple[str, str], ...] = (
     ("Apple Virtualization", "Apple Virtualization"),
     ("Google Compute Engine", "Google Compute Engine"),
 )
-DETECTED = re.compile(r"Hypervisor detected: (?P<name>.+?)\s*$")
+# (.*\S)\s*$ and not (.+?)\s*$: a lazy name before blanks to the line's end reads a run of
+# blanks again from each of its characters
+DETECTED = re.compile(r"Hypervisor detected: (?P<name>.*\S)\s*$")
 
 
 class Virtualization(NamedTuple):

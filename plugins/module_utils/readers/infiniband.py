@@ -22,6 +22,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors impor
     HostStateError,
     ParseError,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_count
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 IB_CLASS = "sys/class/infiniband"
@@ -100,7 +101,7 @@ def parse_counter(text: str, source: str = "counter") -> int | None:
         return None
     if not value.isdigit():
         raise ParseError(source, text, "expected a decimal counter")
-    return int(value)
+    return parse_count(value, source)
 
 
 def read_counters(root: Sysroot, rel: str, errors: list[HostStateError]) -> dict[str, int]:

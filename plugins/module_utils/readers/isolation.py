@@ -27,6 +27,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist impo
     parse_cpumask,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_count
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 CPU_DIR = "sys/devices/system/cpu"
@@ -87,7 +88,7 @@ def parse_interrupts(text: str, source: str = "/" + INTERRUPTS) -> dict[int, str
         tail = words[ncpus:]
         if len(words) < ncpus or not tail:
             continue
-        names[int(label)] = _action_name(tail)
+        names[parse_count(label, source)] = _action_name(tail)
     return names
 
 

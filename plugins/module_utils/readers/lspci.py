@@ -30,7 +30,9 @@ _HEADER = re.compile(r"((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) "
 _BUS = re.compile(r"Bus: primary=([0-9a-f]{2}), secondary=([0-9a-f]{2}), "
                   r"subordinate=([0-9a-f]{2})")
 _PORT = re.compile(r"Capabilities: \[[0-9a-f]+\] Express \(v\d\) ([A-Za-z /-]+?)(?: \(|,|$)")
-_BIT = re.compile(r"(\w+)([+-])")
+# (?<!\w): a name starts where its word does (tried at each character of a long word, each
+# try would read the rest of the word again)
+_BIT = re.compile(r"(?<!\w)(\w+)([+-])")
 DENIED = "Capabilities: <access denied>"
 GPU_CLASSES = ("3D controller", "VGA compatible controller")
 NIC_CLASSES = ("Infiniband controller", "Ethernet controller", "Network controller")

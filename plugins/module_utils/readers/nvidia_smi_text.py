@@ -34,14 +34,22 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.nvidia_smi i
     parse_log,
     parse_nvidia_smi,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.safe_xml import MAX_DEPTH
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 SOURCE = "nvidia-smi -q"
-BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
+# (?<!=): the banner starts where its run of "=" does; tried at each "=" of a long run, each
+# start would read the rest of the run again (quadratic)
+BANNER = re.compile(r"(?<!=)=+\s*NVSMI LOG\s*=+")
 GPU_HEADER = re.compile(r"GPU\s+([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])")
-_GPU_LINE = re.compile(r"^\s*" + GPU_HEADER.pattern + r"\s*$", re.M)
-_NOTE = re.compile(r"\s+\[[^\[\]]*\]$")  # "610.57.04 [Deprecated; ... Use KMD Version instead]"
-_MARK = re.compile(r"\s+<[-=]{2,}.*$")  # a marker pasted after a value: "Yes      <==="
+# [ \t] and not \s around a line: \s runs on over blank lines, read again from each one
+_GPU_LINE = re.compile(r"^[ \t]*" + GPU_HEADER.pattern + r"[ \t]*$", re.M)
+_BANNER_LINE = re.compile(r"^[ \t]*" + BANNER.pattern + r"[ \t]*$", re.M)
+# A note after a value ("610.57.04 [Deprecated; ... Use KMD Version instead]") and a marker
+# pasted after one ("Yes      <==="). (?<!\s): a run of blanks is tried from its start only
+# (from each of its characters, each try would read the rest of the run again).
+_NOTE = re.compile(r"(?<!\s)\s+\[[^\[\]]*\]$")
+_MARK = re.compile(r"(?<!\s)\s+<[-=]{2,}.*$")
 
 _CLOCKS = {"graphics": "graphics_clock", "sm": "sm_clock", "memory": "mem_clock",
            "video": "video_clock"}
@@ -134,8 +142,10 @@ def _split(number: int, raw: str) -> _Line | None:
     return _Line(number, indent, label.strip(), value)
 
 
-def outline(text: str) -> list[_Line]:
-    """The report's top-level lines, each with its nested lines (by indentation)."""
+def outline(text: str, source: str = SOURCE) -> list[_Line]:
+    """The report's top-level lines, each with its nested lines (by indentation);
+    ``ParseError`` for lines nested deeper than XML is read (``safe_xml.MAX_DEPTH``): the tree
+    they become is walked with recursion."""
     top = _Line(0, -1, "", None)
     stack = [top]
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -146,6 +156,9 @@ def outline(text: str) -> list[_Line]:
             stack.pop()
         if line.gpu is not None:  # a GPU block always starts at the top level
             stack = [top]
+        if len(stack) > MAX_DEPTH:
+            raise ParseError(f"{source}:{number}", raw.strip(),
+                             f"lines nested more than {MAX_DEPTH} deep (by indentation)")
         stack[-1].children.append(line)
         stack.append(line)
     return top.children
@@ -182,10 +195,11 @@ def _build(lines: list[_Line], parent: ET.Element, parent_tag: str) -> None:
         _build(line.children, parent, parent_tag)
 
 
-def to_tree(text: str) -> ET.Element:
-    """The ``<nvidia_smi_log>`` tree of a plain-text report (tags as in ``-q -x``)."""
+def to_tree(text: str, source: str = SOURCE) -> ET.Element:
+    """The ``<nvidia_smi_log>`` tree of a plain-text report (tags as in ``-q -x``);
+    ``ParseError`` as :func:`outline` raises it."""
     root = ET.Element("nvidia_smi_log")
-    for line in outline(text):
+    for line in outline(text, source):
         if line.gpu is None:
             _build([line], root, "nvidia_smi_log")
             continue
@@ -197,7 +211,7 @@ def to_tree(text: str) -> ET.Element:
 def looks_like_text_report(text: str) -> bool:
     """True for ``nvidia-smi -q`` text: the NVSMI LOG banner, or a ``GPU <bus id>`` line."""
     head = text[:65536]
-    return bool(re.search(r"^\s*" + BANNER.pattern + r"\s*$", head, re.M)
+    return bool(_BANNER_LINE.search(head)
                 or _GPU_LINE.search(head))
 
 
@@ -214,7 +228,7 @@ def parse_nvidia_smi_text(text: str, source: str = SOURCE) -> dict[str, Any]:
     if not looks_like_text_report(text):
         raise ParseError(source, text, "not nvidia-smi -q output (no 'NVSMI LOG' banner "
                          "and no 'GPU <bus id>' line)")
-    return parse_log(to_tree(text), source)
+    return parse_log(to_tree(text, source), source)
 
 
 def parse_report(text: str, source: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.values import parse_count
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 COMMAND = "nvidia-smi-nvlink-s.txt"
@@ -30,7 +31,7 @@ SOURCE = "nvidia-smi nvlink -s"
 ERRORS_COMMAND = "nvidia-smi-nvlink-e.txt"
 ERRORS_SOURCE = "nvidia-smi nvlink -e"
 _HEADER = re.compile(r"GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?")
-_LINK = re.compile(r"Link (\d+): (?:<inactive>|([\d.]+) GB/s)")
+_LINK = re.compile(r"Link (\d+): (?:<inactive>|(\d+(?:\.\d+)?) GB/s)")
 _COUNTER = re.compile(r"Link (\d+): (.*?\S):\s+(\d+)")
 ALL_INACTIVE = "all links are inactive"
 _ELISION = re.compile(r"\.{3,}|\[\.\.\.\]")  # where a pasted report was cut: ``....``, ``[...]``
@@ -45,7 +46,8 @@ def _by_gpu(text: str, source: str) -> list[tuple[dict[str, Any], list[str]]]:
         if not line or _ELISION.fullmatch(line):
             continue
         if header := _HEADER.fullmatch(line):
-            gpus.append(({"index": int(header.group(1)), "name": header.group(2),
+            gpus.append(({"index": parse_count(header.group(1), f"{source}:{number}"),
+                          "name": header.group(2),
                           "uuid": header.group(3)}, []))
         elif not gpus:
             raise ParseError(f"{source}:{number}", line[:80], "not a 'GPU N: ...' header")
@@ -71,7 +73,7 @@ def parse_nvlink_status(text: str, source: str = SOURCE) -> list[dict[str, Any]]
             if link := _LINK.fullmatch(line):
                 gpu["links"] += 1
                 if link.group(2) is None:
-                    gpu["inactive"].append(int(link.group(1)))
+                    gpu["inactive"].append(parse_count(link.group(1), source))
                 else:
                     gpu["active"] += 1
                     speeds.append(float(link.group(2)))
@@ -93,7 +95,8 @@ def parse_nvlink_errors(text: str, source: str = ERRORS_SOURCE) -> list[dict[str
         for line in lines:
             if counter := _COUNTER.fullmatch(line):
                 name = " ".join(counter.group(2).lower().split())
-                links.setdefault(counter.group(1), {})[name] = int(counter.group(3))
+                links.setdefault(counter.group(1), {})[name] = parse_count(
+                    counter.group(3), source)
         gpus.append({**header, "links": links})
     return gpus
 

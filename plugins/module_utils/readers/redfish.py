@@ -133,6 +133,9 @@ def _json(base: str, uri: str, raw: bytes) -> dict[str, Any] | None:
         doc = json.loads(raw)
     except ValueError:
         raise RedfishError(base, f"{uri}: response is not JSON") from None
+    except RecursionError:
+        raise RedfishError(base, f"{uri}: response is JSON nested deeper than Python reads") \
+            from None
     if not isinstance(doc, dict):
         raise RedfishError(base, f"{uri}: response is not a JSON object")
     return doc
@@ -142,7 +145,7 @@ def _redfish_message(exc: urllib.error.HTTPError) -> str:
     """The first message of a Redfish error body (``error.@Message.ExtendedInfo``)."""
     try:
         doc = json.loads(exc.read(64 * 1024) or b"{}")
-    except (ValueError, OSError):
+    except (ValueError, OSError, RecursionError):
         return ""
     error = doc.get("error") if isinstance(doc, dict) else None
     if not isinstance(error, dict):

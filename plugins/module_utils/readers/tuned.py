@@ -102,7 +102,7 @@ def resolve_force_latency(value: str | None, states: list[dict[str, Any]]) -> in
         alt = alt.strip()
         if alt.lower() == "none":
             return None
-        if re.fullmatch(r"-?\d+", alt):
+        if re.fullmatch(r"-?\d{1,20}", alt):  # a latency in µs (a longer number is none)
             return int(alt)
         kind, _, arg = alt.partition(":")
         field = "index" if kind.startswith("cstate.id") else "name"

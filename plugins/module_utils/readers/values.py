@@ -10,7 +10,19 @@ import re
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import ParseError
 
-_SELECTED = re.compile(r"\[([^\]\s]+)\]")
+# a choice holds no "[": each "[" of a long run of them would read the rest of the run again
+_SELECTED = re.compile(r"\[([^\[\]\s]+)\]")
+MAX_DIGITS = 20  # 2**64 - 1, the largest counter the kernel or a tool prints, has 20
+
+
+def parse_count(text: str, source: str = "count") -> int:
+    """A count, index or counter as the kernel and tools print them: decimal digits, at most
+    :data:`MAX_DIGITS` of them (never converted when longer: converting is quadratic in the
+    digits); ``ParseError`` otherwise."""
+    digits = text.strip()
+    if not digits.isdigit() or not digits.isascii() or len(digits) > MAX_DIGITS:
+        raise ParseError(source, text, f"not a count (at most {MAX_DIGITS} decimal digits)")
+    return int(digits)
 
 
 def parse_int(text: str, source: str = "value") -> int:
