@@ -24,7 +24,6 @@ from typing import Any
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
 ORDER = ("fail", "warn", "pass", "skip", "not run")
 _SECTION = re.compile(r"^[|+]-+\s+(\S.*?)\s+-+[+|]")
-_ROW = re.compile(r"^\|\s?(.*?)\s*\|\s?(.*?)\s*\|?\s*$")
 _RESULT = re.compile(r"^(?:GPU\s?(\d+):\s*)?(Pass|Fail|Warn|Skip|Not Run)\b(?:\s*-\s*(.*))?$",
                      re.I)
 
@@ -40,13 +39,33 @@ def _entities(result: dict[str, Any]) -> str:
     return f"GPU{'s' if ',' in ids else ''} {ids}" if ids else "all"
 
 
+def _row(line: str) -> tuple[str, str] | None:
+    """``(name, value)`` of a table row ``| name | value |`` (the closing bar optional), or
+    ``None``; one pass over the line, whatever its blanks."""
+    if not line.startswith("|"):
+        return None
+    name, bar, value = line[1:].partition("|")
+    if not bar:
+        return None
+    value = value.rstrip()
+    value = value[:-1].rstrip() if value.endswith("|") else value
+    return _after_one_blank(name).rstrip(), _after_one_blank(value)
+
+
+def _after_one_blank(text: str) -> str:
+    return text[1:] if text[:1].isspace() else text
+
+
 def parse_json(text: str) -> dict[str, Any]:
     """``{"version", "driver", "runtime_error", "tests": [{"category", "test", "status",
     "results": {entities: status}, "warnings", "info"}]}``; ``ValueError`` when not one."""
     start = text.find("{")
     if start < 0:
         raise ValueError("no JSON object")
-    doc, _ = json.JSONDecoder().raw_decode(text[start:])  # lines before it: dcgmi's notes
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(text[start:])  # lines before it: dcgmi's notes
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
     if isinstance(doc, dict) and "iterations" in doc:  # --iterations N: the last one
         doc = (doc["iterations"] or [{}])[-1]
     root = next((doc[r] for r in ROOTS if isinstance(doc, dict) and r in doc), None)
@@ -78,15 +97,15 @@ def parse_table(text: str) -> dict[str, Any]:
     meta: dict[str, str] = {}
     category, field, previous = None, None, 0
     lines = [line.strip() for line in text.splitlines()]
-    rows = [_ROW.match(line) for line in lines]
-    width = max((len(r.group(2)) for r in rows if r), default=0)
+    rows = [_row(line) for line in lines]
+    width = max((len(r[1]) for r in rows if r), default=0)
     for line, row in zip(lines, rows, strict=True):
         if section := _SECTION.match(line):
             category, field = section.group(1), None
             continue
         if not row or set(line) <= set("+-=|"):
             continue
-        name, value = row.group(1), row.group(2)
+        name, value = row
         last, previous = previous, len(value)
         if category == "Metadata" and name:
             meta[name] = value

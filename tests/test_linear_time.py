@@ -546,3 +546,30 @@ def test_reader_is_linear_in_a_hostile_line(name):
         cases |= shaped((FIXTURES / SEEDS[name]).read_text(errors="replace"),
                         ("middle", "longest"))
     assert_linear(bound(name), cases)
+
+
+# -- controller-side parsers of host-given text ------------------------------------------------
+
+
+def test_hostlist_compress_is_linear_in_a_hostile_host_name():
+    from exemplar_tune.fleet.hostlist import compress
+
+    assert_linear(lambda name: compress([name, "gpu01"]), {
+        "digits then more digits": lambda n: "1" * n + "x1",
+        "letters and digits": lambda n: "a1" * (n // 2),
+    })
+
+
+def test_dcgmi_table_rows_are_linear_in_blank_runs():
+    from exemplar_tune.dcgm import parse_table
+
+    def table(text: str) -> object:
+        try:
+            return parse_table(text)
+        except ValueError:
+            return None
+
+    assert_linear(table, {
+        "a row of blanks": lambda n: "| Deployment" + " " * n + "x\n",
+        "a row of bars": lambda n: "|" * n + "\n",
+    })

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from exemplar_tune.inputs import one_line
 
-_LAST_NUMBER = re.compile(r"^(.*?)(\d+)(\D*)$")
+MAX_DIGITS = 18  # a longer run of digits is part of the name, not a host number
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _HOSTLIST_ITEM = re.compile(r"^(!?)([^\[\]]*\[[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*\].*)$")
 # Ansible's own subscript of a group: webservers[0], webservers[-1], webservers[0:2], [1:]
@@ -30,11 +30,11 @@ def compress(hosts: Iterable[str]) -> str:
     runs: dict[tuple[str, str, int], list[int]] = {}
     plain: list[str] = []
     for name in set(hosts):
-        match = _LAST_NUMBER.match(name)
-        if not match:
+        split = last_number(name)
+        if split is None:
             plain.append(name)
             continue
-        prefix, digits, suffix = match.groups()
+        prefix, digits, suffix = split
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         runs.setdefault((prefix, suffix, width), []).append(int(digits))
     runs = _merge_natural(runs)
@@ -42,6 +42,20 @@ def compress(hosts: Iterable[str]) -> str:
              for (prefix, suffix, width), numbers in runs.items()]
     parts += [(name, -1, name) for name in plain]
     return ",".join(text for _, _, text in sorted(parts))
+
+
+def last_number(name: str) -> tuple[str, str, str] | None:
+    """``(prefix, digits, suffix)`` around the last run of ASCII digits of ``name`` (``None``
+    when it has none, or a run longer than :data:`MAX_DIGITS`), in one pass from the end."""
+    end = len(name)
+    while end and not "0" <= name[end - 1] <= "9":
+        end -= 1
+    start = end
+    while start and "0" <= name[start - 1] <= "9":
+        start -= 1
+    if start == end or end - start > MAX_DIGITS:
+        return None
+    return name[:start], name[start:end], name[end:]
 
 
 def _merge_natural(runs: dict[tuple[str, str, int], list[int]]
