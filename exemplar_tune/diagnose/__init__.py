@@ -20,6 +20,7 @@ from typing import Any
 from exemplar_tune.compressed import capture_lines
 from exemplar_tune.diagnose import (
     dcgm_diag,
+    gpu_topology,
     kernel_log,
     nccl_log,
     nccl_tests,
@@ -27,6 +28,7 @@ from exemplar_tune.diagnose import (
     nsys_sqlite,
     numastat,
     nvidia_smi,
+    nvidia_smi_fabric,
     perf,
     steptime,
     turbostat,
@@ -52,8 +54,9 @@ __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compa
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    nvidia_smi.ANALYZER, dcgm_diag.ANALYZER, kernel_log.ANALYZER, turbostat.ANALYZER,
-    numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
+    nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER, kernel_log.ANALYZER,
+    turbostat.ANALYZER,
+    numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER, gpu_topology.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}
