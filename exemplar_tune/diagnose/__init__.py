@@ -20,7 +20,9 @@ from typing import Any
 from exemplar_tune.compressed import capture_lines
 from exemplar_tune.diagnose import (
     dcgm_diag,
+    fabric_manager_log,
     gpu_topology,
+    imex_log,
     kernel_log,
     nccl_log,
     nccl_tests,
@@ -55,6 +57,7 @@ __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compa
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
     nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER, kernel_log.ANALYZER,
+    fabric_manager_log.ANALYZER, imex_log.ANALYZER,
     turbostat.ANALYZER,
     numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER, gpu_topology.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
