@@ -125,7 +125,14 @@ def parse_table(text: str) -> dict[str, Any]:
     if not tests:
         raise ValueError("no test rows under a '-----  Category  ---' row")
     return {"version": meta.get("DCGM Version"), "driver": meta.get("Driver Version Detected"),
-            "runtime_error": None, "tests": _summed(tests)}
+            "runtime_error": None, "tests": _summed(tests), "complete": _closed(lines)}
+
+
+def _closed(lines: list[str]) -> bool:
+    """Whether the table ends with its closing border (``+---+---+``): a table cut short
+    (``| head``, a paste that stopped) ends on a row or a category line instead."""
+    last = next((line for line in reversed(lines) if line), "")
+    return len(last) > 1 and last[0] == last[-1] == "+" and set(last) <= set("+-=")
 
 
 def _add_result(test: dict[str, Any], value: str) -> None:
@@ -153,7 +160,9 @@ def parse(text: str) -> dict[str, Any]:
 
 def problems(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]]:
     """``(status, message, test)`` per failing or warning test (``fail`` for a run that could
-    not run at all, with test ``None``), or one ``pass`` line when there is none."""
+    not run at all, with test ``None``), or one ``pass`` line when there is none. A table cut
+    short (``complete`` false) never passes: its tests before the cut are one ``info`` line
+    that says the rest is unknown."""
     out: list[tuple[str, str, dict[str, Any] | None]] = []
     if doc.get("runtime_error"):
         out.append(("fail", f"dcgmi diag could not run: {doc['runtime_error']}", None))
@@ -163,10 +172,14 @@ def problems(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any] | None]
             why = f": {test['warnings'][0]}" if test["warnings"] else ""
             out.append((test["status"], f"{test['category']} / {test['test']}: "
                         f"{test['status']} on {where}{why}", test))
-    if not out:
-        counts = {s: sum(t["status"] == s for t in doc["tests"]) for s in ORDER}
-        out.append(("pass", f"{counts['pass']} DCGM tests passed" + "".join(
-            f", {n} {s}" for s, n in counts.items() if n and s != "pass"), None))
+    counts = {s: sum(t["status"] == s for t in doc["tests"]) for s in ORDER}
+    passed = f"{counts['pass']} DCGM tests passed" + "".join(
+        f", {n} {s}" for s, n in counts.items() if n and s not in ("pass", "fail", "warn"))
+    if doc.get("complete") is False:
+        out.append(("info", "dcgmi diag table cut short (no closing border): incomplete, "
+                    f"{passed} before the cut, the tests after it unknown", None))
+    elif not out:
+        out.append(("pass", passed, None))
     return out
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from exemplar_tune.compressed import capture_lines
 from exemplar_tune.diagnose import (
     dcgm_diag,
+    dcgmi_nvlink,
     fabric_manager_log,
     gpu_topology,
     imex_log,
@@ -31,6 +32,7 @@ from exemplar_tune.diagnose import (
     numastat,
     nvidia_smi,
     nvidia_smi_fabric,
+    peermem,
     perf,
     steptime,
     turbostat,
@@ -56,7 +58,8 @@ __all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compa
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER, kernel_log.ANALYZER,
+    nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER, dcgmi_nvlink.ANALYZER,
+    peermem.ANALYZER, kernel_log.ANALYZER,
     fabric_manager_log.ANALYZER, imex_log.ANALYZER,
     turbostat.ANALYZER,
     numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER, gpu_topology.ANALYZER,

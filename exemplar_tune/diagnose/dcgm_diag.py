@@ -9,6 +9,7 @@ from typing import Any
 from exemplar_tune.dcgm import ROOTS, parse, problems
 from exemplar_tune.diagnose.base import (
     FAIL,
+    INFO,
     PASS,
     WARN,
     Analyzer,
@@ -19,7 +20,7 @@ from exemplar_tune.diagnose.base import (
 
 KIND = "dcgmi diag"
 CHECK = "gpu.dcgm-diag"
-STATUS = {"fail": FAIL, "warn": WARN, "pass": PASS}
+STATUS = {"fail": FAIL, "warn": WARN, "pass": PASS, "info": INFO}
 
 
 def sniff(text: str) -> bool:
@@ -38,7 +39,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         raise DiagnoseError(f"{source}: dcgmi diag output unreadable ({exc})") from None
     summary = {k: doc[k] for k in ("version", "driver")} | {
         "tests": [{k: t[k] for k in ("category", "test", "status", "results")}
-                  for t in doc["tests"]]}
+                  for t in doc["tests"]], "complete": doc.get("complete", True)}
     found = [finding(CHECK, STATUS[status], message, [source],
                      **({"warnings": test["warnings"], "results": test["results"]}
                         if test else {}))

@@ -16,14 +16,16 @@ named (``Using network IB``, ``via NET/Socket/0``, ``via P2P/IPC``). ``Bootstrap
 bootstrap and its socket transport: a virtual one (a container bridge, a veth pair, an overlay
 or a tunnel: :data:`VIRTUAL`) among them is a warning, since NCCL may carry traffic over it.
 With ``NCCL_DEBUG_SUBSYS=COLL`` the log also carries one line per call (``nccl_coll``): then
-one INFO finding per collective names the message sizes that carry 90 % of its bytes."""
+one INFO finding per collective names the message sizes that carry 90 % of its bytes.
+``GPU Direct RDMA Enabled/Disabled for HCA`` lines say whether NCCL can use GPUDirect RDMA
+(``nccl_gdr``: one ``fabric.gpudirect-rdma`` finding when the log has them)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from exemplar_tune.diagnose import nccl_coll, nccl_warn
+from exemplar_tune.diagnose import nccl_coll, nccl_gdr, nccl_warn
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
@@ -102,6 +104,7 @@ class LogReader:
         self.hosts: set[str] = set()
         self.transports: set[str] = set()
         self.interfaces: dict[str, dict[str, Occurrences]] = {}
+        self.gdr = nccl_gdr.GdrReader()
 
     def feed(self, n: int, line: str, source: str | None) -> None:
         """Read line ``n`` (``source``: where :mod:`normalize` says it came from)."""
@@ -124,6 +127,8 @@ class LogReader:
             for name in _INTERFACE.findall(m.group(2)):
                 self.interfaces.setdefault(m.group(1), {}).setdefault(
                     name, Occurrences()).add(n)
+        if "RDMA" in line or "GDR" in line or "DMA-BUF" in line:
+            self.gdr.feed(n, line, host)
         if "Setting affinity" in line and (m := _AFFINITY.search(line)):
             self.affinity[f"{host or '?'} GPU {m.group(1)}"] = {"cpus": m.group(2), "line": n}
         if "TOPO" in line or "opology" in line or "XML" in line:
@@ -260,7 +265,8 @@ class NcclLogReader:
             raise DiagnoseError(f"{source}: no NCCL log lines")
         findings = nccl_warn.judge_problems(source, problems)
         findings += [judge_topology(source, log.events), judge_affinity(source, log.affinity)]
-        findings += [f for f in (judge_interfaces(source, log.interfaces),) if f]
+        findings += [f for f in (judge_interfaces(source, log.interfaces),
+                                 log.gdr.judge(source, log.version or coll.version)) if f]
         findings += judge_sizes(source, coll)
         summary = {"nccl_version": log.version or coll.version, "nccl_lines": log.lines,
                    "warnings": log.warn, "problems": [p.to_dict() for p in problems],
@@ -272,6 +278,7 @@ class NcclLogReader:
                                                                   key=lambda kv: kv[1].first)],
                    "affinity": {k: v["cpus"] for k, v in log.affinity.items()},
                    "interfaces": {k: sorted(v) for k, v in log.interfaces.items()},
+                   "gpudirect_rdma": log.gdr.summary(),
                    "coll": coll_summary(coll)}
         return Report(source, KIND, summary, findings)
 

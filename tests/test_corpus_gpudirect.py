@@ -1,0 +1,84 @@
+"""The real-world GPUDirect RDMA corpus (``tests/fixtures/realworld/gpudirect/``: ``lsmod``
+greps, peer-memory modules that fail to load, NCCL's ``GPU Direct RDMA Enabled/Disabled for
+HCA`` lines, by others), read as ``exemplar-tune diagnose`` reads it; plus edge cases: a whole
+lsmod, a grep that could not show a module, a distance-limited pair, and captures that are
+not this format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exemplar_tune.diagnose import DiagnoseError, detect, diagnose_text
+from tests.corpus import REALWORLD, cases, mismatches, readings
+
+FAMILY = "gpudirect"
+
+
+def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
+    except DiagnoseError as exc:
+        return None, str(exc)
+
+
+def _gdr(doc: dict[str, Any]) -> dict[str, Any]:
+    (found,) = [f for f in doc["findings"] if f["check_id"] == "fabric.gpudirect-rdma"]
+    return found
+
+
+def test_every_entry_has_a_check() -> None:
+    assert all(e.get("check") for e in readings(FAMILY))
+
+
+@pytest.mark.parametrize(("path", "entry"), [c.values for c in cases(FAMILY)],
+                         ids=[c.id for c in cases(FAMILY)])
+def test_corpus_reading(path: Path, entry: dict[str, Any]) -> None:
+    doc, error = _diagnose(path)
+    assert mismatches(doc, error, entry["check"]) == []
+
+
+def test_forced_gdr_level_is_named_and_disabled_hcas_say_what_to_do() -> None:
+    doc, _ = _diagnose(REALWORLD / FAMILY /
+                       "nvidia-nccl-tests-issue350-nccl-log-gdr-enabled-roce-and-ib-dmabuf.txt")
+    assert doc is not None
+    message = _gdr(doc)["message"]
+    assert "NCCL_NET_GDR_LEVEL=SYS" in message and "HCA 0 at distance 7" in message
+    doc, _ = _diagnose(REALWORLD / FAMILY /
+                       "nvidia-nccl-issue1537-nccl-log-gdr-disabled-roce-two-hcas.txt")
+    assert doc is not None
+    assert "HCA 0 mlx5_0, HCA 1 mlx5_1" in _gdr(doc)["message"]
+    assert "nvidia_peermem" in _gdr(doc)["message"]
+
+
+def test_a_pair_beyond_the_gdr_level_warns() -> None:
+    text = ("h1:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'\n"
+            "h1:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 "
+            "(distance 7 > 4), read 0\n")
+    found = _gdr(diagnose_text(text, "n.txt").to_dict())
+    assert found["status"] == "warn" and "GPU 1b000 / HCA 0 (distance 7 > 4)" in \
+        found["message"]
+
+
+def test_a_whole_lsmod_without_peer_memory_fails() -> None:
+    text = ("Module                  Size  Used by\nmlx5_ib               454656  0\n"
+            "ib_core               434176  2 mlx5_ib,ib_uverbs\nnvidia              "
+            "56598528  2\n")
+    doc = diagnose_text(text, "lsmod.txt").to_dict()
+    assert doc["kind"] == "lsmod" and _gdr(doc)["status"] == "fail"
+    assert "nvidia_peermem and nv_peer_mem not loaded (lsmod lists no row of it)" in \
+        _gdr(doc)["message"]
+
+
+def test_a_grep_that_could_not_show_the_module_proves_nothing() -> None:
+    with pytest.raises(DiagnoseError, match="lsmod: no lsmod rows"):
+        diagnose_text("$ lsmod | grep mlx5\n$\n", "g.txt")
+
+
+def test_a_kernel_log_with_other_lines_stays_the_kernel_log_s() -> None:
+    text = "\n".join(f"[{i}.000000] usb 1-{i}: new device" for i in range(10)) + \
+        "\n[11.000000] nvidia_peermem: Unknown symbol ib_register_peer_memory_client (err 0)\n"
+    found = detect(text)
+    assert found is not None and found.kind == "kernel log"
