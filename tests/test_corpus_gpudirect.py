@@ -72,6 +72,14 @@ def test_a_whole_lsmod_without_peer_memory_fails() -> None:
         _gdr(doc)["message"]
 
 
+def test_a_whole_lsmod_without_the_driver_or_rdma_is_not_applicable() -> None:
+    path = REALWORLD / "sos" / ("canonical-hotsos-fake_data_root-openstack-sos_commands-kernel-"
+                                "lsmod-no-nvidia-no-rdma.txt")
+    found = _gdr(diagnose_text(path.read_text(), path.name).to_dict())
+    assert found["status"] == "info" and found["message"].startswith("not applicable")
+    assert found["values"]["not_loaded"] == ["nvidia", "ib_core"]
+
+
 def test_a_grep_that_could_not_show_the_module_proves_nothing() -> None:
     with pytest.raises(DiagnoseError, match="lsmod: no lsmod rows"):
         diagnose_text("$ lsmod | grep mlx5\n$\n", "g.txt")

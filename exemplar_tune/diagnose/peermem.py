@@ -12,7 +12,9 @@ kernel lines ``nvidia_peermem: Unknown symbol ib_register_peer_memory_client (er
 ``disagrees about version of symbol`` mean it cannot load (built against another ``ib_core``:
 MLNX_OFED and the inbox RDMA stack mixed). dma-buf (the open kernel module on Linux 5.12+)
 is the other way to GPUDirect RDMA; these captures cannot show it, so the messages say
-"through peer memory". Whether NCCL uses GPUDirect RDMA is in its log (:mod:`.nccl_log`).
+"through peer memory". A whole ``lsmod`` without ``nvidia`` or ``ib_core`` is a host where
+GPUDirect RDMA does not apply (no NVIDIA driver, or no RDMA stack): not applicable.
+Whether NCCL uses GPUDirect RDMA is in its log (:mod:`.nccl_log`).
 
 A full kernel log that carries such lines among others is the kernel-log format's; this one
 reads captures made of peer-memory evidence only (greps, pastes of a few lines).
@@ -26,6 +28,7 @@ from typing import Any
 
 from exemplar_tune.diagnose.base import (
     FAIL,
+    INFO,
     PASS,
     Analyzer,
     DiagnoseError,
@@ -38,6 +41,7 @@ from exemplar_tune.diagnose.base import (
 KIND = "lsmod"
 CHECK = "fabric.gpudirect-rdma"
 MODULES = ("nvidia_peermem", "nv_peer_mem")
+STACK = {"nvidia": "the NVIDIA driver", "ib_core": "the RDMA stack"}  # GPUDirect RDMA needs both
 # a shell prompt: an optional (venv), then [user@host dir] or user@host:dir, then # or $
 _PROMPT = re.compile(r"^(?:\([\w.-]{1,64}\) ?)?(?:\[[^\[\]]{1,200}\]|[\w.@:~/-]{1,200})?"
                      r"[#$] ?(.*)$")
@@ -65,6 +69,7 @@ class Evidence:
     rows: int = 0  # lsmod rows read
     greps: list[dict[str, Any]] = field(default_factory=list)  # {line, patterns, printed}
     whole: int = 0  # line of a whole lsmod's header
+    stack: set[str] = field(default_factory=set)  # of STACK, the modules seen loaded
     failures: list[tuple[int, str, str]] = field(default_factory=list)  # (line, module, text)
     modinfo: dict[str, str] = field(default_factory=dict)
     modinfo_line: int = 0
@@ -119,6 +124,8 @@ def _read_line(ev: Evidence, n: int, line: str) -> bool:
         ev.rows += 1
         if ev.greps:
             ev.greps[-1]["printed"] += 1
+        if row.group(1) in STACK:
+            ev.stack.add(row.group(1))
         if row.group(1) in MODULES:
             ev.loaded[row.group(1)] = n
             ev.users[row.group(1)] = row.group(4) or ""
@@ -182,6 +189,11 @@ def _judge(ev: Evidence, source: str) -> Finding | None:
     absent = _absent(ev)
     if not absent:
         return None
+    if ev.whole and (lacking := [m for m in STACK if m not in ev.stack]):
+        shown = " and ".join(f"{m} ({STACK[m]})" for m in lacking)
+        return finding(CHECK, INFO, f"not applicable: lsmod lists no {shown}: GPUDirect RDMA "
+                       "does not apply to this host as captured", [cite(source, [ev.whole])],
+                       not_loaded=lacking)
     lines = [g["line"] for g in ev.greps] + ([ev.whole] if ev.whole else [])
     installed = ""
     if ev.modinfo.get("name") in absent or any(m in ev.modinfo.get("filename", "")
