@@ -207,6 +207,20 @@ def check_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def diagnose_table() -> str:
+    """The README's table of the formats ``diagnose`` recognises, in the order it tries them:
+    each format's name and the first paragraph of its module's docstring."""
+    from exemplar_tune.diagnose import ANALYZERS
+
+    rows = ["| format | read by | what it reads and judges |", "|---|---|---|"]
+    for analyzer in ANALYZERS:
+        module = sys.modules[analyzer.analyze.__module__]
+        summary = " ".join((module.__doc__ or "").split("\n\n")[0].split())
+        summary = summary.replace("``", "`").replace(":mod:", "").replace("|", "\\|")
+        rows.append(f"| {analyzer.label or analyzer.kind} | `{module.__name__}` | {summary} |")
+    return "\n".join(rows) + "\n"
+
+
 def _sos_output(out: SosOutput) -> str:
     since = f", sos {'.'.join(map(str, out.since))} and later" if out.since else ""
     unit = f", the `Id={out.unit}` block" if out.unit else ""
@@ -289,6 +303,7 @@ def generated() -> dict[Path, str]:
     readme = README.read_text()
     readme = _replace_block(readme, "knobs", knob_table())
     readme = _replace_block(readme, "checks", check_table())
+    readme = _replace_block(readme, "diagnose", diagnose_table())
     files[README] = _replace_block(readme, "sos", sos_table())
     return files
 

@@ -13,6 +13,8 @@ import pytest
 
 from exemplar_tune.checks import CHECKS
 from exemplar_tune.diagnose import (
+    ANALYZERS,
+    KINDS_TEXT,
     DiagnoseError,
     Report,
     compare_nccl_tests,
@@ -25,7 +27,7 @@ from exemplar_tune.diagnose import (
     steptime,
     turbostat,
 )
-from exemplar_tune.diagnose.base import KINDS_TEXT, SIGNAL_CHECKS, finding
+from exemplar_tune.diagnose.base import SIGNAL_CHECKS, finding
 from tests.conftest import SAMPLES
 from tests.helpers import cli_env
 from tests.test_cli import cli
@@ -532,7 +534,9 @@ def test_bad_input_is_one_line_error(tmp_path, name, data):
 
 
 def refusal(path, name):
-    assert KINDS_TEXT.startswith("turbostat, numastat, perf, step-time log, nccl-tests, NCCL ")
+    # every registered format is named, the stream formats too
+    assert all((a.label or a.kind) in KINDS_TEXT for a in ANALYZERS)
+    assert "nvidia-smi -q / -q -x" in KINDS_TEXT and KINDS_TEXT.endswith("nsys SQLite export")
     if name in ("garbage", "nul"):
         return f"{path}: binary content, not a text capture ({KINDS_TEXT})"
     return f"{path}: not a recognised format ({KINDS_TEXT})"
@@ -592,8 +596,17 @@ def test_diagnose_paths_and_to_dict_shape():
     d = json.loads(json.dumps(reports[0].to_dict()))
     assert set(d) == {"source", "kind", "status", "summary", "findings"}
     assert d["source"].endswith(A3MEGA) and d["status"] == "pass"
-    assert set(d["findings"][0]) == {"layer", "check_id", "status", "message", "evidence",
-                                     "values"}
+    assert set(d["findings"][0]) == {"layer", "check_id", "status", "class", "actions",
+                                     "message", "evidence", "values"}
+
+
+def test_a_finding_carries_the_class_and_actions_of_its_check():
+    broken = finding("gpu.xids", "fail", "Xid 79").to_dict()
+    assert (broken["class"], broken["actions"]) == ("health", ["drain", "investigate"])
+    tuning = finding("fabric.gpu-nic-locality", "warn", "far").to_dict()
+    assert tuning["class"] == "tuning" and tuning["actions"] == ["investigate"]
+    assert finding("fabric.gpu-nic-locality", "pass", "near").to_dict()["actions"] == []
+    assert finding("fabric.nccl-errors", "fail", "WARN lines").to_dict()["class"] == "health"
 
 
 @pytest.mark.parametrize("module", [turbostat, numastat, perf, steptime, nccl_tests])

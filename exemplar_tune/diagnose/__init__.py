@@ -19,6 +19,7 @@ from typing import Any
 
 from exemplar_tune.compressed import capture_lines
 from exemplar_tune.diagnose import (
+    bug_report,
     dcgm_diag,
     dcgmi_nvlink,
     fabric_manager_log,
@@ -42,7 +43,6 @@ from exemplar_tune.diagnose import (
     turbostat,
 )
 from exemplar_tune.diagnose.base import (
-    KINDS_TEXT,
     Analyzer,
     DiagnoseError,
     Finding,
@@ -55,21 +55,23 @@ from exemplar_tune.diagnose.stream import LineStream, size_text
 from exemplar_tune.errors import UserError
 from exemplar_tune.inputs import MAX_INPUT
 
-__all__ = ["ANALYZERS", "Analyzer", "DiagnoseError", "Finding", "Report", "compare_nccl_tests",
-           "compare_nsys", "compare_reports", "detect", "diagnose_job", "diagnose_paths",
-           "diagnose_stream", "diagnose_text", "file_labels"]
+__all__ = ["ANALYZERS", "KINDS_TEXT", "Analyzer", "DiagnoseError", "Finding", "Report",
+           "compare_nccl_tests", "compare_nsys", "compare_reports", "detect", "diagnose_job",
+           "diagnose_paths", "diagnose_stream", "diagnose_text", "file_labels"]
 
 # Most specific first: an nccl-tests run or a training log may also carry NCCL INFO lines,
 # and a plain column of numbers (step times) is the least specific format of all.
 ANALYZERS: tuple[Analyzer, ...] = (
-    nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER, dcgmi_nvlink.ANALYZER,
-    peermem.ANALYZER, kernel_log.ANALYZER,
-    fabric_manager_log.ANALYZER, imex_log.ANALYZER,
+    bug_report.ANALYZER, nvidia_smi.ANALYZER, nvidia_smi_fabric.ANALYZER, dcgm_diag.ANALYZER,
+    dcgmi_nvlink.ANALYZER, peermem.ANALYZER, kernel_log.ANALYZER, fabric_manager_log.ANALYZER,
+    imex_log.ANALYZER,
     ibstat.ANALYZER, ibstatus.ANALYZER, ibdev2netdev.ANALYZER, perfquery.ANALYZER,
     turbostat.ANALYZER,
     numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER, gpu_topology.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
+# the formats named in a refusal, from the registry (an nsys SQLite export is told by its header)
+KINDS_TEXT = ", ".join([a.label or a.kind for a in ANALYZERS] + [nsys_sqlite.LABEL])
 COMPARERS = {nccl_tests.KIND: compare_nccl_tests, nsys.KIND: compare_nsys}
 DETECT_WINDOW = 4 << 20  # bytes of cleaned text a format is recognised on
 MAX_READ = 64 << 30  # bytes read (expanded) per file, or per job with --ranks: --max-input

@@ -21,9 +21,6 @@ from exemplar_tune.checks import CHECKS
 
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 STATUSES = (PASS, WARN, FAIL, INFO)
-KINDS_TEXT = ("turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log, "
-              "nvidia-smi -q / -q -x, dcgmi diag, kernel log (dmesg, journalctl -k, syslog), "
-              "nsys stats or SQLite export")
 SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are preflight checks
     "fabric.nccl-validation": "nccl-tests reports no wrong results (its #wrong column)",
     "fabric.nccl-errors": "NCCL logs no failures (WARN lines, error returns, raised errors)",
@@ -42,6 +39,11 @@ SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are prefli
     "workload.gpu-idle-gaps": "The GPU is not idle between kernels for long: gaps of 1 ms or "
                               "more stay under 10 % of the timeline (Nsight Systems SQLite)",
 }
+
+
+# signal checks whose failure means something is broken (wrong results, errors, a slow rank)
+SIGNAL_HEALTH = frozenset({"fabric.nccl-validation", "fabric.nccl-errors",
+                           "workload.slow-ranks"})
 
 
 class DiagnoseError(ValueError):
@@ -68,9 +70,24 @@ class Finding:
             raise ValueError(f"finding {self.check_id}: bad status {self.status!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding in JSON, with the verdict model's ``class`` (health or tuning, the
+        check's own) and ``actions`` (the check's action kinds when it warns or fails)."""
+        klass, actions = verdict_of(self.check_id)
         return {"layer": self.layer, "check_id": self.check_id, "status": self.status,
+                "class": klass, "actions": list(actions) if self.status in (WARN, FAIL) else [],
                 "message": self.message, "evidence": list(self.evidence),
                 "values": dict(self.values)}
+
+
+def verdict_of(check_id: str) -> tuple[str, tuple[str, ...]]:
+    """``(class, action kinds)`` of a check id: a preflight check's own declaration; a signal
+    check is health when it finds something broken (:data:`SIGNAL_HEALTH`), else tuning."""
+    declared = next((c for c in CHECKS if c.id == check_id), None)
+    if declared is not None:
+        return ("health" if declared.health else "tuning"), declared.actions
+    if check_id in SIGNAL_HEALTH:
+        return "health", ("drain", "investigate")
+    return "tuning", ("investigate",)
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,7 @@ class Analyzer:
     sniff: Callable[[str], bool]
     analyze: Callable[[str, str, dict[str, Any]], Report]
     reader: Callable[[str, dict[str, Any]], LineReader] | None = None
+    label: str = ""  # the format in an operator's words, when ``kind`` says too little
 
 
 def read_all(reader: LineReader, text: str) -> Report:

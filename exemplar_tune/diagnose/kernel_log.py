@@ -52,4 +52,4 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
         incidents=result.observed, fix=result.fix)])
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze)
+ANALYZER = Analyzer(KIND, sniff, analyze, label="kernel log (dmesg, journalctl -k, syslog)")

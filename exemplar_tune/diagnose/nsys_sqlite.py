@@ -41,6 +41,7 @@ from exemplar_tune.diagnose import nsys_judge
 from exemplar_tune.diagnose.base import DiagnoseError, Report
 
 MAGIC = b"SQLite format 3\x00"
+LABEL = "nsys SQLite export"  # the format in a refusal's list
 KERNELS, STRINGS = "CUPTI_ACTIVITY_KIND_KERNEL", "StringIds"
 NVTX, RUNTIME = "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"
 GAP_NS = 1_000_000

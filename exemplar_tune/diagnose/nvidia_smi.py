@@ -113,4 +113,4 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     return Report(source, KIND, summary, findings)
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze)
+ANALYZER = Analyzer(KIND, sniff, analyze, label="nvidia-smi -q / -q -x")

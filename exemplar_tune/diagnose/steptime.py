@@ -553,4 +553,4 @@ def _trend(values: np.ndarray) -> str | None:
     return "falls" if (steps < 0).all() else None
 
 
-ANALYZER = Analyzer(KIND, sniff, analyze, StepReader)
+ANALYZER = Analyzer(KIND, sniff, analyze, StepReader, label="step-time log")
