@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exemplar_tune.diagnose import DiagnoseError, diagnose_paths
+from exemplar_tune.diagnose import DiagnoseError, diagnose_paths, diagnose_text
 
 REALWORLD = Path(__file__).parent / "fixtures" / "realworld"
 REL_TOL = 1e-3
@@ -31,6 +31,15 @@ def read_paths(paths: list[str]) -> list[Any]:
     if errors:
         raise DiagnoseError(errors[0])
     return reports
+
+
+def diagnosed(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(document, None)`` of a capture as ``exemplar-tune diagnose`` reads it (normalisation
+    and format detection included), or ``(None, the one-line refusal)``."""
+    try:
+        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
+    except DiagnoseError as exc:
+        return None, str(exc)
 
 
 def readings(family: str) -> list[dict[str, Any]]:

@@ -13,16 +13,10 @@ import pytest
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text
 from exemplar_tune.diagnose.fabric_manager_log import ANALYZER, analyze
-from tests.corpus import cases, mismatches, readings
+from tests.corpus import cases, diagnosed, mismatches, readings
 
 FAMILY = "fabric-manager-log"
 
-
-def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
-    except DiagnoseError as exc:
-        return None, str(exc)
 
 
 def test_every_entry_has_a_check() -> None:
@@ -32,7 +26,7 @@ def test_every_entry_has_a_check() -> None:
 @pytest.mark.parametrize(("path", "entry"), [c.values for c in cases(FAMILY)],
                          ids=[c.id for c in cases(FAMILY)])
 def test_corpus_reading(path: Path, entry: dict[str, Any]) -> None:
-    doc, error = _diagnose(path)
+    doc, error = diagnosed(path)
     assert mismatches(doc, error, entry["check"]) == []
 
 

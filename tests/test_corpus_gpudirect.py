@@ -12,16 +12,10 @@ from typing import Any
 import pytest
 
 from exemplar_tune.diagnose import DiagnoseError, detect, diagnose_text
-from tests.corpus import REALWORLD, cases, mismatches, readings
+from tests.corpus import REALWORLD, cases, diagnosed, mismatches, readings
 
 FAMILY = "gpudirect"
 
-
-def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
-    except DiagnoseError as exc:
-        return None, str(exc)
 
 
 def _gdr(doc: dict[str, Any]) -> dict[str, Any]:
@@ -36,17 +30,17 @@ def test_every_entry_has_a_check() -> None:
 @pytest.mark.parametrize(("path", "entry"), [c.values for c in cases(FAMILY)],
                          ids=[c.id for c in cases(FAMILY)])
 def test_corpus_reading(path: Path, entry: dict[str, Any]) -> None:
-    doc, error = _diagnose(path)
+    doc, error = diagnosed(path)
     assert mismatches(doc, error, entry["check"]) == []
 
 
 def test_forced_gdr_level_is_named_and_disabled_hcas_say_what_to_do() -> None:
-    doc, _ = _diagnose(REALWORLD / FAMILY /
+    doc, _ = diagnosed(REALWORLD / FAMILY /
                        "nvidia-nccl-tests-issue350-nccl-log-gdr-enabled-roce-and-ib-dmabuf.txt")
     assert doc is not None
     message = _gdr(doc)["message"]
     assert "NCCL_NET_GDR_LEVEL=SYS" in message and "HCA 0 at distance 7" in message
-    doc, _ = _diagnose(REALWORLD / FAMILY /
+    doc, _ = diagnosed(REALWORLD / FAMILY /
                        "nvidia-nccl-issue1537-nccl-log-gdr-disabled-roce-two-hcas.txt")
     assert doc is not None
     assert "HCA 0 mlx5_0, HCA 1 mlx5_1" in _gdr(doc)["message"]

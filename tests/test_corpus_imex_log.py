@@ -12,16 +12,10 @@ import pytest
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text
 from exemplar_tune.diagnose.imex_log import analyze
-from tests.corpus import REALWORLD, cases, mismatches, readings
+from tests.corpus import REALWORLD, cases, diagnosed, mismatches, readings
 
 FAMILY = "imex-log"
 
-
-def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
-    except DiagnoseError as exc:
-        return None, str(exc)
 
 
 def test_every_entry_has_a_check() -> None:
@@ -31,14 +25,14 @@ def test_every_entry_has_a_check() -> None:
 @pytest.mark.parametrize(("path", "entry"), [c.values for c in cases(FAMILY)],
                          ids=[c.id for c in cases(FAMILY)])
 def test_corpus_reading(path: Path, entry: dict[str, Any]) -> None:
-    doc, error = _diagnose(path)
+    doc, error = diagnosed(path)
     assert mismatches(doc, error, entry["check"]) == []
 
 
 @pytest.mark.parametrize("path", sorted((REALWORLD / FAMILY).glob("*.txt")),
                          ids=lambda p: p.name)
 def test_no_daemon_log_reads_ready(path: Path) -> None:
-    doc, _ = _diagnose(path)
+    doc, _ = diagnosed(path)
     assert doc is not None
     assert all(f["status"] != "pass" for f in doc["findings"])
 
@@ -50,7 +44,7 @@ def test_no_daemon_log_reads_ready(path: Path) -> None:
     ("bottlerocket-kernel-kit-pr204-imex-ctl-no-config.txt", "info", 0),
 ])
 def test_imex_ctl_captures(name: str, status: str, nodes: int) -> None:
-    doc, error = _diagnose(REALWORLD / "imex" / name)
+    doc, error = diagnosed(REALWORLD / "imex" / name)
     assert error is None and doc["summary"]["format"] == "nvidia-imex-ctl -N"
     assert [(f["check_id"], f["status"]) for f in doc["findings"]] == [("gpu.imex", status)]
     assert len(doc["summary"]["nodes"]["nodes"]) == nodes

@@ -17,15 +17,7 @@ import pytest
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.topo_xml import parse_topo_xml
 
-from exemplar_tune.diagnose import DiagnoseError, diagnose_text
-from tests.corpus import cases, mismatches, readings
-
-
-def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
-    except DiagnoseError as exc:
-        return None, str(exc)
+from tests.corpus import cases, diagnosed, mismatches, readings
 
 
 def _topology(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -35,7 +27,7 @@ def _topology(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{exc.path}: {exc.reason}"
 
 
-READERS = {"nccl-tests": _diagnose, "nccl-log": _diagnose, "topology": _topology}
+READERS = {"nccl-tests": diagnosed, "nccl-log": diagnosed, "topology": _topology}
 
 
 @pytest.mark.parametrize("family", sorted(READERS))
@@ -57,7 +49,7 @@ def test_corpus_reading(family: str, path: Path, entry: dict[str, Any]) -> None:
 def test_every_nccl_warn_line_is_in_a_finding(path: Path) -> None:
     """No WARN line is only counted: each one is evidence of an ``fabric.nccl-errors``
     finding (topology WARN lines belong to the topology finding instead)."""
-    doc, _ = _diagnose(path)
+    doc, _ = diagnosed(path)
     assert doc is not None
     cited = {n for f in doc["findings"] if f["check_id"] == "fabric.nccl-errors"
              for n in f["values"]["lines"]}

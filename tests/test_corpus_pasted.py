@@ -15,19 +15,12 @@ from typing import Any
 import pytest
 
 from exemplar_tune.diagnose import DiagnoseError, diagnose_text
-from tests.corpus import cases, mismatches
-
-
-def _diagnose(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        return diagnose_text(path.read_text(errors="replace"), path.name).to_dict(), None
-    except DiagnoseError as exc:
-        return None, str(exc)
+from tests.corpus import cases, diagnosed, mismatches
 
 
 @pytest.mark.parametrize(("path", "entry"), cases("pasted"))
 def test_a_pasted_capture_reads_as_its_source_says(path: Path, entry: dict[str, Any]) -> None:
-    doc, error = _diagnose(path)
+    doc, error = diagnosed(path)
     assert mismatches(doc, error, entry["check"]) == []
 
 
