@@ -33,6 +33,7 @@ from exemplar_tune.diagnose import (
     nccl_tests,
     nsys,
     nsys_sqlite,
+    numactl,
     numastat,
     nvidia_smi,
     nvidia_smi_fabric,
@@ -67,7 +68,8 @@ ANALYZERS: tuple[Analyzer, ...] = (
     imex_log.ANALYZER,
     ibstat.ANALYZER, ibstatus.ANALYZER, ibdev2netdev.ANALYZER, perfquery.ANALYZER,
     turbostat.ANALYZER,
-    numastat.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER, gpu_topology.ANALYZER,
+    numastat.ANALYZER, numactl.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
+    gpu_topology.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 # the formats named in a refusal, from the registry (an nsys SQLite export is told by its header)
