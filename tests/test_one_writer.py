@@ -38,6 +38,7 @@ ROW = {"collective": "allgather", "min_bytes": 0, "max_bytes": 65536, "algorithm
        "protocol": "ll128", "channels": -1, "nodes": 2, "ranks": -1}
 SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"
 WAIT = 60  # seconds: any of these that takes longer has hung
+SYSTEM = pytest.mark.system  # runs the real CLI and Ansible
 
 
 @pytest.fixture
@@ -86,6 +87,7 @@ def special(path: Path, kind: str) -> None:
 # -- the claim ---------------------------------------------------------------------------------
 
 
+@SYSTEM
 @pytest.mark.parametrize("link", ["../../../etc/nccl.conf", "/etc/shadow"])
 def test_a_claim_that_is_a_link_is_refused_and_its_target_left_alone(tmp_path, host, link):
     target = host / "etc" / Path(link).name
@@ -99,6 +101,7 @@ def test_a_claim_that_is_a_link_is_refused_and_its_target_left_alone(tmp_path, h
     assert target.read_text() == SECRET and os.readlink(host / CLAIM) == link
 
 
+@SYSTEM
 @pytest.mark.parametrize("kind", ["FIFO", "directory", "socket"])
 def test_a_claim_that_is_no_regular_file_fails_in_one_line_at_once(tmp_path, host, kind):
     special(host / CLAIM, kind)
@@ -110,6 +113,7 @@ def test_a_claim_that_is_no_regular_file_fails_in_one_line_at_once(tmp_path, hos
         (Path(__file__).parent / "fixtures/sysroots/h100-x86/etc/nccl.conf").read_text()
 
 
+@SYSTEM
 def test_a_held_claim_lock_is_waited_for_a_bounded_time_naming_its_holder(tmp_path, host):
     directory = host / CLAIM
     directory.parent.mkdir(parents=True)
@@ -173,6 +177,7 @@ def test_the_tuner_table_the_tool_wrote_is_rewritten_by_the_next_run(host):
     assert "written by exemplar-tune" in table.read_text()
 
 
+@SYSTEM
 def test_a_kernel_attribute_that_is_a_fifo_is_read_and_refused_without_waiting(tmp_path, host):
     governor = host / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
     governor.unlink()
@@ -217,6 +222,7 @@ def test_the_bootloader_helper_reads_the_defaults_inside_the_tree(tmp_path, host
         "outside_the_tree" not in (host / "boot/grub/grub.cfg").read_text()
 
 
+@SYSTEM
 def test_a_journal_directory_entry_that_is_a_link_is_never_written_through(tmp_path, host):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -232,6 +238,7 @@ def test_a_journal_directory_entry_that_is_a_link_is_never_written_through(tmp_p
 # -- the controller's ledger -------------------------------------------------------------------
 
 
+@SYSTEM
 def test_a_ledger_another_writer_holds_fails_in_one_line_naming_it(tmp_path, host):
     assert apply_fabric(tmp_path, host).returncode == 0
     ledger = tmp_path / "state/ledger.sqlite3"
