@@ -46,6 +46,8 @@ os.environ.setdefault("ANSIBLE_HOME", str(_COLLECTIONS / "ansible-home"))
 # The SSH fleet's hosts share this machine's filesystem: their module payloads go here, not
 # under the remote user's real ~/.ansible/tmp.
 os.environ.setdefault("ANSIBLE_REMOTE_TEMP", str(SESSION / "remote-tmp"))
+# async jobs' status files too (the module and async_status must agree on one directory)
+os.environ.setdefault("ANSIBLE_ASYNC_DIR", str(SESSION / "async"))
 # Module payloads keep their bytecode here, not in the home of whoever runs the tests (the SSH
 # fleet's sshd passes it to its sessions: tests/sshfleet.py).
 os.environ.setdefault("EXEMPLAR_TUNE_BYTECODE_CACHE", str(_COLLECTIONS / "bytecode"))

@@ -17,6 +17,7 @@ import pytest
 from exemplar_tune.compressed import MAX_LINE
 from exemplar_tune.diagnose import (
     DETECT_WINDOW,
+    KINDS_TEXT,
     DiagnoseError,
     diagnose_job,
     diagnose_paths,
@@ -179,9 +180,7 @@ def test_a_format_is_recognised_on_the_first_window_only(tmp_path):
     path.write_bytes(filler + GB300.read_bytes())
     assert diagnose_paths([str(path)])[1] == [
         f"{path}: not a recognised format in its first {DETECT_WINDOW >> 20} MiB "
-        "(turbostat, numastat, perf, step-time log, nccl-tests, NCCL debug log, nvidia-smi -q "
-        "/ -q -x, dcgmi diag, kernel log (dmesg, journalctl -k, syslog), nsys stats or SQLite "
-        "export)"]
+        f"({KINDS_TEXT})"]
     with pytest.raises(DiagnoseError, match="not a recognised format \\("):
         diagnose_text("nothing to see here\n", "short")
 
