@@ -108,8 +108,8 @@ class OperatorState:
         self.last = self.snapshot()
 
     def snapshot(self) -> dict[str, Entry | None]:
-        """Each root and its entries two levels deep: type, size, modification time (links
-        not followed); a missing root is ``None``."""
+        """Each root and its entries two levels deep: type, size, modification time of files
+        (links not followed; a directory by its entries); a missing root is ``None``."""
         found: dict[str, Entry | None] = {}
         for root in self.roots:
             found[str(root)] = _entry(root)
@@ -136,14 +136,19 @@ def _entry(path: Path) -> Entry | None:
         return None
     kind = "dir" if path.is_dir() and not path.is_symlink() else (
         "link" if path.is_symlink() else "file")
-    return kind, info.st_size if kind == "file" else 0, info.st_mtime_ns
+    # a directory is judged by its entries: its own time changes with a file that came and
+    # went (SQLite's -wal/-shm beside a ledger opened only to read it)
+    return kind, info.st_size if kind == "file" else 0, 0 if kind == "dir" else info.st_mtime_ns
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # there only while a reader has it open
 
 
 def _listed(path: Path) -> list[Path]:
     if path.is_symlink() or not path.is_dir():
         return []
     with contextlib.suppress(OSError):
-        return sorted(path.iterdir())
+        return sorted(p for p in path.iterdir() if not p.name.endswith(SQLITE_SIDE_FILES))
     return []
 
 
