@@ -108,7 +108,10 @@ def _facts(sysroot: str | None, layers: list[str], deadline: float | None
 
 def _before(deadline: float, work: Callable[[], Any]) -> Any:
     """``work()``'s value if it finishes by ``deadline``, else None (it is left running in a
-    daemon thread: the process exits without it). Its exception is raised here."""
+    daemon thread: the process exits without it; with no time left it is not started). Its
+    exception is raised here."""
+    if deadline <= time.monotonic():
+        return None
     box: dict[str, Any] = {}
 
     def target() -> None:
