@@ -6,10 +6,13 @@ NVIDIA's Xid catalog. The policy turns it into a status, in this order:
 1. incidents logged before the last boot do not count unless ``include_earlier_boots``;
 2. an Xid in ``ignore_xids`` / ``fail_xids`` / ``warn_xids`` gets that status (a list wins over
    the action; an Xid may be in one list only);
-3. otherwise ``action_status[action]``: by default reset, drain, reboot and hardware actions fail,
-   application restarts, "ignore" buckets, the driver's "None" and unknown Xids warn;
-4. a GPU with ``repeat_count`` or more warning incidents of one Xid within ``repeat_window_s``
-   (in one boot) fails for them: a job that keeps faulting the same GPU is a node problem.
+3. otherwise ``action_status[action]``: by default reset, drain, reboot and hardware actions fail;
+   "ignore" buckets, the driver's "None" and unknown Xids warn; an application restart
+   (RESTART_APP: Xid 13, 31, 43, 45 ...) is a ``note``: the job faulted, not the GPU, so the
+   incident is named but the node passes;
+4. a GPU with ``repeat_count`` or more noted or warning incidents of one Xid within
+   ``repeat_window_s`` (in one boot) goes one step up for them: a note warns (a job that keeps
+   faulting one GPU may be the GPU: run the diagnostics), a warning fails.
 
 Public practice behind the defaults: the catalog buckets themselves; the EKS node monitoring
 agent fails a node on a list of "well-known" Xids (46, 48, 54, 62, 63, 64, 74, 79, 95, 109, ...)
@@ -34,9 +37,12 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid_incident
     DEFAULT_WINDOW_S,
 )
 
-FAIL, WARN, IGNORE = "fail", "warn", "ignore"
+FAIL, WARN, NOTE, IGNORE = "fail", "warn", "note", "ignore"
+STATUSES = (FAIL, WARN, NOTE, IGNORE)  # worst first
+# a repeated incident goes one step up
+ESCALATED = {NOTE: WARN, WARN: FAIL}
 DEFAULT_ACTION_STATUS = {
-    cat.NONE: WARN, cat.IGNORE: WARN, cat.RESTART_APP: WARN, cat.INVESTIGATE: WARN,
+    cat.NONE: WARN, cat.IGNORE: WARN, cat.RESTART_APP: NOTE, cat.INVESTIGATE: WARN,
     cat.RESET_GPU: FAIL, cat.DRAIN_P2P: FAIL, cat.DRAIN_AND_RESET: FAIL,
     cat.RECOVER_IMEX_DOMAIN: FAIL, cat.REBOOT: FAIL, cat.HARDWARE: FAIL,
 }
@@ -97,10 +103,11 @@ def _first_status(incident: dict[str, Any], policy: XidPolicy) -> Judged:
 
 
 def _repeated(judged: list[Judged], policy: XidPolicy) -> set[int]:
-    """Indexes of warning incidents that belong to a run of ``repeat_count`` in the window."""
+    """Indexes of noted or warning incidents that belong to a run of ``repeat_count`` in the
+    window."""
     runs: dict[tuple[str, int, int], list[int]] = {}
     for index, item in enumerate(judged):
-        if item.status == WARN:
+        if item.status in ESCALATED:
             i = item.incident
             runs.setdefault((i["gpu"], _number(i), i["boot"]), []).append(index)
     hit: set[int] = set()
@@ -119,5 +126,6 @@ def judge(incidents: list[dict[str, Any]], policy: XidPolicy) -> tuple[list[Judg
     counted = [i for i in incidents if policy.include_earlier_boots or i["boot"] == 0]
     judged = [_first_status(i, policy) for i in counted]
     for index in _repeated(judged, policy):
-        judged[index] = Judged(judged[index].incident, FAIL, "repeated")
+        judged[index] = Judged(judged[index].incident, ESCALATED[judged[index].status],
+                               "repeated")
     return judged, len(incidents) - len(counted)

@@ -21,7 +21,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 from exemplar_tune.checks.base import FAIL, PASS, WARN, Outcome
 from exemplar_tune.checks.gpu import check_xids
 from exemplar_tune.profile import ProfileError, load_profile, merge
-from exemplar_tune.xid_policy import XidPolicy, policy_from_profile
+from exemplar_tune.xid_policy import NOTE, XidPolicy, policy_from_profile
 from tests.test_cli import cli
 
 from .conftest import SYSROOTS
@@ -69,27 +69,34 @@ def test_no_xid_passes():
 # -- repeats: how many incidents in what window ----------------------------------------------
 
 
-def test_repeated_application_incidents_fail():
+def test_application_incidents_are_noted_and_warn_when_they_recur():
     two = line(100, 13) + line(1000, 13)  # 900 s apart: two incidents
-    assert rows(judge(two)) == [(13, 2, WARN)]
+    noted = judge(two)
+    assert (noted.status, rows(noted)) == (PASS, [(13, 2, NOTE)])
+    assert noted.detail.startswith("no Xid incident that needs action on the node since the "
+                                   "last boot; the application's own faults, not the GPU's")
+    assert "00000000:C2:00.0 Xid 13 (Graphics Engine Exception): 2 incidents" in noted.detail
     three = two + line(2000, 13)
     have = judge(three)
-    assert (have.status, rows(have)) == (FAIL, [(13, 3, FAIL)])
+    assert (have.status, rows(have)) == (WARN, [(13, 3, WARN)])  # never a failure by default
     assert "repeated" in have.detail and "RESTART_APP on 00000000:C2:00.0" in have.fix
+    assert "dcgmi diag -r 3 on it to tell the GPU from the job" in have.fix
+    assert judge(three, {"fail_xids": [13]}).status == FAIL
+    assert judge(three, {"action_status": {"RESTART_APP": "warn"}}).status == FAIL  # as before
 
 
 def test_repeat_count_and_window_are_the_profile_s():
     two = line(100, 13) + line(1000, 13)
-    assert rows(judge(two, {"repeat_count": 2})) == [(13, 2, FAIL)]
-    assert rows(judge(two, {"repeat_count": 2, "repeat_window_s": 600})) == [(13, 2, WARN)]
+    assert rows(judge(two, {"repeat_count": 2})) == [(13, 2, WARN)]
+    assert rows(judge(two, {"repeat_count": 2, "repeat_window_s": 600})) == [(13, 2, NOTE)]
     spread = line(100, 13) + line(50000, 13) + line(100000, 13)
-    assert rows(judge(spread)) == [(13, 3, WARN)]  # not 3 within 24 h
-    assert rows(judge(spread, {"repeat_window_s": 100000})) == [(13, 3, FAIL)]
+    assert rows(judge(spread)) == [(13, 3, NOTE)]  # not 3 within 24 h
+    assert rows(judge(spread, {"repeat_window_s": 100000})) == [(13, 3, WARN)]
 
 
 def test_repeats_count_one_xid_on_one_gpu():
     mixed = line(100, 13) + line(1000, 31) + line(2000, 13, "a4:00")
-    assert {r[2] for r in rows(judge(mixed))} == {WARN}
+    assert {r[2] for r in rows(judge(mixed))} == {NOTE}
 
 
 # -- overrides -------------------------------------------------------------------------------
@@ -100,7 +107,7 @@ def test_xid_lists_override_the_action():
     assert judge(text).status == FAIL
     assert rows(judge(text, {"fail_xids": [63]}))[:2] == [(79, 1, FAIL), (63, 1, FAIL)]
     warned = judge(text, {"warn_xids": [79]})
-    assert (warned.status, {r[2] for r in rows(warned)}) == (WARN, {WARN})
+    assert (warned.status, {r[2] for r in rows(warned)}) == (WARN, {WARN, NOTE})
     quiet = judge(text, {"ignore_xids": [31, 63], "warn_xids": [79]})
     assert rows(quiet) == [(79, 1, WARN), (63, 1, "ignore"), (31, 1, "ignore")]
     assert "(2 ignored by the policy)" in quiet.detail
@@ -126,7 +133,7 @@ def test_repeats_escalate_warnings_but_never_an_ignored_xid():
 
 def test_incident_window_is_the_profile_s():
     text = TINYGRAD.read_text()  # two Xid 31 on one GPU, 344 s apart
-    assert rows(judge(text)) == [(31, 2, WARN)]
+    assert rows(judge(text)) == [(31, 2, NOTE)]
     merged = judge(text, {"incident_window_s": 600})
     assert [(r["incidents"], r["lines"]) for r in merged.observed] == [(1, 2)]
     split = judge(line(100, 13) + line(130, 13), {"incident_window_s": 10})
@@ -141,18 +148,18 @@ BOOTS = line(5000, 79) + "[    0.000000] Linux version 6.8.0\n" + line(12, 13)
 
 def test_only_incidents_since_the_last_boot_count_by_default():
     have = judge(BOOTS)
-    assert (have.status, rows(have)) == (WARN, [(13, 1, WARN)])
+    assert (have.status, rows(have)) == (PASS, [(13, 1, NOTE)])
     assert "1 incident before the last boot not counted" in have.detail
     earlier = judge(BOOTS, {"include_earlier_boots": True})
-    assert (earlier.status, rows(earlier)) == (FAIL, [(79, 1, FAIL), (13, 1, WARN)])
+    assert (earlier.status, rows(earlier)) == (FAIL, [(79, 1, FAIL), (13, 1, NOTE)])
 
 
 def test_journalctl_boots_count_the_same_way():
     text = ("May 02 21:43:54 n1 kernel: NVRM: Xid (PCI:0000:c2:00): 79, GPU has fallen off the "
             "bus.\n-- Boot 0a1b2c3d4e5f --\n"
             "May 02 22:01:00 n1 kernel: NVRM: Xid (PCI:0000:c2:00): 31, pid=1, name=x, MMU\n")
-    assert rows(judge(text)) == [(31, 1, WARN)]
-    assert rows(judge(text, {"include_earlier_boots": True})) == [(79, 1, FAIL), (31, 1, WARN)]
+    assert rows(judge(text)) == [(31, 1, NOTE)]
+    assert rows(judge(text, {"include_earlier_boots": True})) == [(79, 1, FAIL), (31, 1, NOTE)]
 
 
 # -- malformed sections ----------------------------------------------------------------------

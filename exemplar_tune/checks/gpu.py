@@ -867,8 +867,7 @@ def _xid_rows(judged: list[xid_policy.Judged]) -> list[dict[str, Any]]:
         row["lines"] += i["lines"]
         row["last_seen"] = i["last_seen"]
         row["repeated"] = row["repeated"] or item.why == "repeated"
-    order = (FAIL, WARN, xid_policy.IGNORE)
-    return sorted(rows.values(), key=lambda r: (order.index(r["status"]), r["gpu"],
+    return sorted(rows.values(), key=lambda r: (xid_policy.STATUSES.index(r["status"]), r["gpu"],
                                                 -1 if r["xid"] is None else r["xid"]))
 
 
@@ -912,7 +911,9 @@ def _xid_fix(rows: list[dict[str, Any]]) -> str:
         if gpus:
             parts.append(f"{action} on {_list(gpus, 4)}: {cat.ACTION_TEXT[action]}")
     after = "; after a reset or reboot run dcgmi diag -r 3" if any(
-        r["action"] not in _APP_ACTIONS for r in rows) else ""
+        r["action"] not in _APP_ACTIONS for r in rows) else (
+        "; recurring on one GPU: run dcgmi diag -r 3 on it to tell the GPU from the job"
+        if any(r["repeated"] for r in rows) else "")
     return ("manual: " + "; ".join(parts) + ". Actions from NVIDIA's Xid catalog, or the "
             "driver's own (Xid 154)" + after)
 
@@ -938,17 +939,23 @@ def check_xids(facts: Facts, profile: Profile) -> Outcome:
     policy = xid_policy.policy_from_profile(profile)
     judged, earlier = xid_policy.judge(group_incidents(events, policy.incident_window_s), policy)
     rows = _xid_rows(judged)
-    found = [r for r in rows if r["status"] != xid_policy.IGNORE]
+    found = [r for r in rows if r["status"] in (FAIL, WARN)]
+    noted = [r for r in rows if r["status"] == xid_policy.NOTE]
     boots = "" if policy.include_earlier_boots else " since the last boot"
     expected = (f"no incident{boots} whose action fails ("
                 f"{', '.join(a for a, s in policy.action_status.items() if s == FAIL)}), nor "
                 f"{policy.repeat_count} of one Xid on one GPU within {policy.repeat_window_s:g} s")
     more = f" ({_plural(earlier, 'incident')} before the last boot not counted)" if earlier else ""
-    ignored = len(rows) - len(found)
+    ignored = sum(r["status"] == xid_policy.IGNORE for r in rows)
     more += f" ({ignored} ignored by the policy)" if ignored else ""
+    if noted:
+        more += ("; the application's own faults, not the GPU's (restart the job; "
+                 f"{policy.repeat_count} on one GPU within {policy.repeat_window_s:g} s warn): "
+                 + "; ".join(_xid_line(r) for r in noted))
     evidence = _evidence(facts, "xids")
     if not found:
-        return Outcome(PASS, rows, expected, f"no Xid incident{boots}{more}", evidence)
+        what = "no Xid incident that needs action on the node" if noted else "no Xid incident"
+        return Outcome(PASS, rows, expected, f"{what}{boots}{more}", evidence)
     detail = "; ".join(_xid_line(r) for r in found) + more
     status = FAIL if any(r["status"] == FAIL for r in found) else WARN
     worst = max((r["action"] for r in found if r["status"] == status), key=cat.ACTIONS.index)

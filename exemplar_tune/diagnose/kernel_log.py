@@ -4,8 +4,10 @@ syslog): the GPU Xid incidents in them, judged by the preflight check ``gpu.xids
 The log is read by the gpu layer's own reader (:mod:`xid`: the driver's ``NVRM: Xid`` and
 "fallen off the bus" lines, one incident per burst) from the text as given, prefixes and all,
 and judged with the same Xid policy as preflight: the profile's ``gpu.xid_policy`` when
-``expectations["profile"]`` is given, else the defaults. nvidia-smi is not needed, so a GPU
-that fell off the bus (nvidia-smi then fails) still has its incident judged.
+``expectations["profile"]`` is given, else the defaults. Incidents the policy only notes (an
+application's own fault, such as an Xid 13 burst) are an ``info`` finding: the node passes.
+nvidia-smi is not needed, so a GPU that fell off the bus (nvidia-smi then fails) still has its
+incident judged.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid import parse_kernel_log
 
 from exemplar_tune.checks.run import run_checks
-from exemplar_tune.diagnose.base import PASS, Analyzer, Report, finding
+from exemplar_tune.diagnose.base import INFO, PASS, Analyzer, Report, finding
 
 KIND = "kernel log"
 LAYER = "gpu"
@@ -47,8 +49,10 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
                      "sources": {"xids": source}}}
     profile = expectations.get("profile") or {}
     (result,) = [r for r in run_checks(facts, profile, [LAYER]) if r.id == f"{LAYER}.xids"]
+    # a pass that names incidents (the application's own faults) is shown, not hidden
+    status = INFO if result.status == PASS and result.observed else result.status
     return Report(source, KIND, summary, [finding(
-        result.id, result.status, result.detail, result.evidence or [source],
+        result.id, status, result.detail, result.evidence or [source],
         incidents=result.observed, fix=result.fix)])
 
 
