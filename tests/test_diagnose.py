@@ -435,6 +435,28 @@ def test_nccl_tests_a_second_footer_starts_another_run_and_equal_runs_fold():
     assert "runs" not in single and "busbw_min" not in single["sizes"][-1]
 
 
+def test_nccl_tests_runs_at_several_scales_are_reported_apart():
+    """Runs of one test at different rank counts (the ``# Rank`` lines, NCCL's ``nranks``,
+    the launcher's ``-np``) are separate entries, never one mean; equal runs still fold."""
+    body = "\n".join(sample(RTX5090).splitlines()[13:])  # the table, without its rank lines
+    ranked = ("# Collective test starting: reduce_scatter_perf\n"
+              f"#  Rank 15 Group  0 Pid 1 on b device  7 [0x01] H100\n{body}\n"
+              f"#  Rank 63 Group  0 Pid 1 on b device  7 [0x01] H100\n"
+              + body.replace(" 2.73 ", " 1.73 ") + "\n")
+    tests = diagnose_text(ranked, "scales").summary["tests"]
+    assert [(t["ranks"], t["name"], t["sizes"][-1]["busbw"], "runs" in t) for t in tests] == [
+        (16, "reduce_scatter at 16 ranks", 2.73, False),
+        (64, "reduce_scatter at 64 ranks", 1.73, False)]
+    launched = diagnose_text("".join(
+        f"$ mpirun -np {n} ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 1\n{body}\n"
+        for n in (8, 8, 32)), "launched")
+    assert [(t["ranks"], t.get("runs")) for t in launched.summary["tests"]] == [(8, 2), (32, None)]
+    assert (launched.summary["ranks"], launched.summary["scales"]) == (None, [8, 32])
+    assert [f.message.split(":")[0] for f in launched.findings
+            if f.check_id == "fabric.nccl-validation"] == ["all_reduce at 8 ranks",
+                                                          "all_reduce at 32 ranks"]
+
+
 def test_compare_nccl_tests():
     a = diagnose(A3MEGA)
     text = "\n".join(line.replace("  263.69", "  131.85") for line in sample(A3MEGA).splitlines())

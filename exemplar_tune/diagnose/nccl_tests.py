@@ -33,10 +33,13 @@ from exemplar_tune.diagnose.nccl_tests_table import (
     AVG,
     DEFAULT_NAMES,
     OOB,
+    RANK,
     UNITS,
     TableReader,
     collective,
     header_names,
+    launched_ranks,
+    nranks_of,
     parse_row,
     parse_tests,
     wrong_rows,
@@ -48,17 +51,7 @@ __all__ = ["ANALYZER", "KIND", "analyze", "collective", "compare_nccl_tests", "h
 KIND = "nccl-tests"
 CHECK_BW = "fabric.nccl-settings"
 CHECK_WRONG = "fabric.nccl-validation"
-_RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+"
-                   r"(?P<host>\S+)\s+device\s+\d+")
 _PREAMBLE = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+")
-# Each part below is searched from where the part before it ended, once per line: a pattern
-# "A.*B" searched whole is tried again from each A of a line that repeats A, each try reading
-# the rest of the line (quadratic)
-_INFO = re.compile(r"\bNCCL INFO\b")
-_NRANKS = re.compile(r"\bnranks (\d+)")
-_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|srun)\b")
-_NP = re.compile(r"\s(?:-np|-n|--ntasks|--np)[\s=](\d+)\b")
-_PERF = re.compile(r"\b\w+_perf\w*\b")
 
 
 def sniff(text: str) -> bool:
@@ -82,7 +75,7 @@ def expected_busbw(expectations: dict[str, Any]) -> dict[int, float]:
 
 def judge_bandwidth(source: str, test: dict[str, Any], expected: dict[int, float]) -> Finding:
     rows = {r["size"]: r for r in test["rows"]}
-    name = test["collective"]
+    name = test["name"]
     if not expected:
         peak = max(test["rows"], key=lambda r: r["busbw"] or 0.0)
         last = test["rows"][-1]
@@ -116,13 +109,13 @@ def judge_wrong(source: str, test: dict[str, Any]) -> Finding:
     column = "error" if old else "#wrong"
     if bad or oob:
         why = f" (error above the tolerance for {test['rows'][0]['type']})" if old and bad else ""
-        return finding(CHECK_WRONG, FAIL, f"{test['collective']}: wrong results on "
+        return finding(CHECK_WRONG, FAIL, f"{test['name']}: wrong results on "
                        f"{len(bad)} row(s){why}, {oob or 0} out-of-bounds values",
                        [cite(source, bad or [test["line"]], column)],
                        wrong_rows=len(bad), out_of_bounds=oob)
     if all(row["wrong_result"] is None for row in test["rows"]):
-        return finding(CHECK_WRONG, INFO, f"{test['collective']}: results not validated (-c 0)")
-    return finding(CHECK_WRONG, PASS, f"{test['collective']}: no wrong results",
+        return finding(CHECK_WRONG, INFO, f"{test['name']}: results not validated (-c 0)")
+    return finding(CHECK_WRONG, PASS, f"{test['name']}: no wrong results",
                    [cite(source, [r["line"] for r in test["rows"]], column)], wrong_rows=0,
                    out_of_bounds=oob)
 
@@ -132,40 +125,38 @@ def judge_interleaved(source: str, test: dict[str, Any]) -> list[Finding]:
     at = test["interleaved"]
     if not at:
         return []
-    return [finding(CHECK_BW, WARN, f"{test['collective']}: rows of several runs interleaved "
+    return [finding(CHECK_BW, WARN, f"{test['name']}: rows of several runs interleaved "
                     f"(the size goes back or repeats at {len(at)} row(s)): each process ran its "
                     "own test (nccl-tests without MPI support, launched once per rank?); the "
                     "bandwidths are per process, not one measurement across the job",
                     [cite(source, at, "size")], interleaved_lines=at)]
 
 
+def named(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each table with its ``name``: the collective, and its rank count (and hosts) when the
+    output holds that collective at several scales, which are reported apart."""
+    scales: dict[str, set] = {}
+    for test in tests:
+        scales.setdefault(test["collective"], set()).add(test["ranks"])
+    return [{**t, "name": _scaled(t) if len(scales[t["collective"]]) > 1 else t["collective"]}
+            for t in tests]
+
+
+def _scaled(test: dict[str, Any]) -> str:
+    name = "the test" if test["collective"] == "unknown" else test["collective"]
+    if test["ranks"] is None:
+        return f"{name} (rank count not shown)"
+    hosts = f", {test['hosts']} host{'s' * (test['hosts'] != 1)}" if test["hosts"] else ""
+    return f"{name} at {test['ranks']} ranks{hosts}"
+
+
 def test_summary(test: dict[str, Any]) -> dict[str, Any]:
-    return {"collective": test["collective"], "avg_busbw": test["avg_busbw"],
+    return {"collective": test["collective"], "name": test["name"], "ranks": test["ranks"],
+            "hosts": test["hosts"], "avg_busbw": test["avg_busbw"],
             "out_of_bounds": test["out_of_bounds"], "header": test["header"],
             "wrong_rows": len(wrong_rows(test)), "interleaved_lines": test["interleaved"],
             "sizes": [{k: v for k, v in r.items() if k != "line"} for r in test["rows"]],
             **{k: test[k] for k in ("runs", "run_lines") if k in test}}
-
-
-def nranks_of(line: str) -> re.Match[str] | None:
-    """The last ``nranks N`` after the line's first ``NCCL INFO``."""
-    info = _INFO.search(line)
-    found = list(_NRANKS.finditer(line, info.end())) if info else []
-    return found[-1] if found else None
-
-
-def _launched_ranks(line: str) -> int | None:
-    """``-np N`` of an ``mpirun``/``srun`` line that starts a ``*_perf`` binary, times its
-    ``-g`` (GPUs per process) and ``-t`` (threads)."""
-    launcher = _LAUNCHER.search(line)
-    count = _NP.search(line, launcher.end()) if launcher else None
-    perf = _PERF.search(line, count.end()) if count else None
-    if perf is None:
-        return None
-    args = line[perf.end():]
-    per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", args)) else 1
-           for flag in ("g", "t")]
-    return int(count.group(1)) * per[0] * per[1]
 
 
 class RunFacts:
@@ -184,7 +175,7 @@ class RunFacts:
         if source and not source.startswith(("rank", "local")):
             self.source_hosts.add(source.split()[0])
         if line.startswith("#"):
-            if "Rank" in line and (m := _RANK.match(line)):
+            if "Rank" in line and (m := RANK.match(line)):
                 self.listed.setdefault(int(m["rank"]), m["host"])
                 self.zeros += m["rank"] == "0"
             elif "nThread" in line:
@@ -192,7 +183,7 @@ class RunFacts:
         elif "nranks" in line and (m := nranks_of(line)):
             self.nranks = max(self.nranks or 0, int(m.group(1)))
         elif self.launched is None and "_perf" in line:
-            self.launched = _launched_ranks(line)
+            self.launched = launched_ranks(line)
 
     @property
     def runs(self) -> int | None:
@@ -245,7 +236,7 @@ class NcclTestsReader:
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
         source = self.source
-        tests = [t for t in self.tables.tables() if t["rows"]]
+        tests = named([t for t in self.tables.tables() if t["rows"]])
         if not tests:
             raise DiagnoseError(_no_rows(source, self.tables.count, self.facts.runs))
         problems = self.problems.problems()
@@ -253,8 +244,12 @@ class NcclTestsReader:
         findings += [f for t in tests for f in (*judge_interleaved(source, t),
                                                 judge_bandwidth(source, t, self.expected),
                                                 judge_wrong(source, t))]
-        summary = {"tests": [test_summary(t) for t in tests],
-                   **self.facts.summary(self.log), "nccl_version": self.log.version,
+        scales = sorted({t["ranks"] for t in tests if t["ranks"] is not None})
+        run = self.facts.summary(self.log)
+        if len(scales) > 1:  # one count for the file would be one of its runs'
+            run.update(ranks=None, hosts=None)
+        summary = {"tests": [test_summary(t) for t in tests], **run, "scales": scales,
+                   "nccl_version": self.log.version,
                    "transports": sorted(self.log.transports),
                    "problems": [p.to_dict() for p in problems]}
         return Report(source, KIND, summary, findings)
@@ -266,14 +261,15 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
 
 
 def compare_nccl_tests(report_a: Report, report_b: Report) -> dict[str, Any]:
-    """busbw of run B over run A per common size, per collective, with the geometric mean.
+    """busbw of run B over run A per common size, per collective (and rank count, where a
+    file holds several), with the geometric mean.
 
     Sizes where either run shows 0 GB/s (rounded small messages) are left out of the mean.
     Two runs of one collective each but different ones are compared with a warning; runs
     with no collective in common are not compared (a warning says so).
     """
-    tests_a = {t["collective"]: t for t in report_a.summary["tests"]}
-    tests_b = {t["collective"]: t for t in report_b.summary["tests"]}
+    tests_a = {t["name"]: t for t in report_a.summary["tests"]}  # a scale of its own apart
+    tests_b = {t["name"]: t for t in report_b.summary["tests"]}
     pairs = [(c, tests_a[c], tests_b[c]) for c in tests_a if c in tests_b]
     warnings = []
     if not pairs and len(tests_a) == len(tests_b) == 1:

@@ -38,6 +38,37 @@ AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
 OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 UNITS = re.compile(r"^#\s*\(B\)\s+\(elements\)")
 _RENAME = {"time": "time_us", "cputime": "cputime_us", "#wrong": "wrong"}
+RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+"
+                  r"(?P<host>\S+)\s+device\s+\d+")
+# Each part below is searched from where the part before it ended, once per line: a pattern
+# "A.*B" searched whole is tried again from each A of a line that repeats A, each try reading
+# the rest of the line (quadratic)
+_INFO = re.compile(r"\bNCCL INFO\b")
+_NRANKS = re.compile(r"\bnranks (\d+)")
+_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|srun)\b")
+_NP = re.compile(r"\s(?:-np|-n|--ntasks|--np)[\s=](\d+)\b")
+_PERF = re.compile(r"\b\w+_perf\w*\b")
+
+
+def nranks_of(line: str) -> re.Match[str] | None:
+    """The last ``nranks N`` after the line's first ``NCCL INFO``."""
+    info = _INFO.search(line)
+    found = list(_NRANKS.finditer(line, info.end())) if info else []
+    return found[-1] if found else None
+
+
+def launched_ranks(line: str) -> int | None:
+    """``-np N`` of an ``mpirun``/``srun`` line that starts a ``*_perf`` binary, times its
+    ``-g`` (GPUs per process) and ``-t`` (threads)."""
+    launcher = _LAUNCHER.search(line)
+    count = _NP.search(line, launcher.end()) if launcher else None
+    perf = _PERF.search(line, count.end()) if count else None
+    if perf is None:
+        return None
+    args = line[perf.end():]
+    per = [int(f.group(1)) if (f := re.search(rf"\s-{flag}\s+(\d+)", args)) else 1
+           for flag in ("g", "t")]
+    return int(count.group(1)) * per[0] * per[1]
 
 
 def header_names(line: str) -> list[str] | None:
@@ -172,21 +203,56 @@ def parse_tests(text: str) -> list[dict[str, Any]]:
     return reader.tables()
 
 
+class Scale:
+    """How many ranks (and hosts) the run about to print its table has, from the lines before
+    it: the ``# Rank`` lines (the largest rank + 1; hosts when every rank is listed), else
+    NCCL INFO's ``nranks``, else the launcher's ``-np`` line. A table with none of them before
+    it belongs to the run of the table before."""
+
+    def __init__(self) -> None:
+        self.ranks: dict[int, str] = {}
+        self.nranks = self.launched = None
+        self.last: tuple[int | None, int | None] = (None, None)
+
+    def feed(self, line: str) -> None:
+        if line.startswith("#"):
+            if "Rank" in line and (m := RANK.match(line)):
+                self.ranks.setdefault(int(m["rank"]), m["host"])
+        elif "nranks" in line and (m := nranks_of(line)):
+            self.nranks = max(self.nranks or 0, int(m.group(1)))
+        elif "_perf" in line and (launched := launched_ranks(line)):
+            self.launched = launched
+
+    def take(self) -> tuple[int | None, int | None]:
+        """``(ranks, hosts)`` of the table starting now; what was seen is then forgotten."""
+        if self.ranks:
+            count = max(self.ranks) + 1
+            hosts = len(set(self.ranks.values())) if len(self.ranks) == count else None
+            self.last = (count, hosts)
+        elif self.nranks or self.launched:
+            self.last = (self.nranks or self.launched, None)
+        self.ranks, self.nranks, self.launched = {}, None, None
+        return self.last
+
+
 class TableReader:
     """:func:`parse_tests` fed one line at a time. With ``fold``, a table is folded, once the
     next one starts or the input ends, into the :class:`Runs` of the tables with its
-    collective and sizes: memory per distinct table, not per run."""
+    collective, sizes and rank count (:class:`Scale`: runs at 1, 2 and 20 racks are three
+    tables, never one mean): memory per distinct table, not per run."""
 
     def __init__(self, fold: bool = False) -> None:
         self.fold = fold
         self.tests: list[dict[str, Any]] = []  # every table; when folding, the open one only
         self.runs: dict[tuple, Runs] = {}
         self.count = 0  # tables seen, with rows or not
+        self.scale = Scale()
         self._name = ""
         self._names: list[str] | None = None
         self._open = False
 
     def feed(self, n: int, line: str) -> None:
+        self.scale.feed(line)
         if ("_perf" in line or "Collective test" in line) and (m := NAME.search(line)):
             self._name = collective(m.group(1) or m.group(2))
             if self.tests and "concluded" in line:
@@ -208,13 +274,15 @@ class TableReader:
 
     def _start(self, table: dict[str, Any]) -> None:
         self.count += 1
+        table["ranks"], table["hosts"] = self.scale.take()
         if self.fold and self.tests:
             self._fold(self.tests.pop())
         self.tests.append(table)
 
     def _fold(self, table: dict[str, Any]) -> None:
         table["interleaved"] = went_back(table["rows"])
-        key = (table["collective"], table["header"], tuple(r["size"] for r in table["rows"]))
+        key = (table["collective"], table["header"], table["ranks"],
+               tuple(r["size"] for r in table["rows"]))
         if key in self.runs:
             self.runs[key].add(table)
         else:
