@@ -152,6 +152,8 @@ def _topo(facts: dict) -> dict:
     ("foreign-nics", lambda t: t.update(nics_missing_on_host=["0000:02:00.0", "0000:03:00.0"]),
      "names NICs this host lacks: 0000:02:00.0, 0000:03:00.0"),
     ("other-path", lambda t: t.update(value="/opt/topo.xml"), "profile wants /etc/nccl/topo.xml"),
+    ("virtual-nets", lambda t: t["parse"].update(virtual_nets=["veth3f2a1b0"]),
+     "names virtual interfaces as network devices (veth3f2a1b0: bridges, veth pairs"),
 ])
 def test_topo_file_fails(name: str, edit, want: str) -> None:
     facts = facts_of("h100-x86")

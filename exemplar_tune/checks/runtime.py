@@ -89,6 +89,11 @@ def _file_problems(topo: dict[str, Any], expected: str | None) -> list[str]:
         problems.append(f"{value} is not a readable file; {SILENT}")
     elif not parse.get("valid"):
         problems.append(f"{value} is not a valid NCCL topology: {parse.get('error')}")
+    if virtual := parse.get("virtual_nets"):
+        problems.append(f"{value} names virtual interfaces as network devices "
+                        f"({', '.join(virtual)}: bridges, veth pairs, overlays or tunnels), "
+                        "which NCCL may carry inter-node traffic over: dump it again with "
+                        "NCCL_SOCKET_IFNAME or NCCL_IB_HCA set to the host's NICs")
     for kind in ("gpus", "nics"):
         missing = topo.get(f"{kind}_missing_on_host") or []
         if missing:

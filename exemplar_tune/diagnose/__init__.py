@@ -31,6 +31,7 @@ from exemplar_tune.diagnose import (
     kernel_log,
     nccl_log,
     nccl_tests,
+    nccl_topology,
     nsys,
     nsys_sqlite,
     numactl,
@@ -69,7 +70,7 @@ ANALYZERS: tuple[Analyzer, ...] = (
     ibstat.ANALYZER, ibstatus.ANALYZER, ibdev2netdev.ANALYZER, perfquery.ANALYZER,
     turbostat.ANALYZER,
     numastat.ANALYZER, numactl.ANALYZER, nccl_tests.ANALYZER, perf.ANALYZER, nsys.ANALYZER,
-    gpu_topology.ANALYZER,
+    gpu_topology.ANALYZER, nccl_topology.ANALYZER,
     steptime.ANALYZER, nccl_log.ANALYZER,
 )
 # the formats named in a refusal, from the registry (an nsys SQLite export is told by its header)

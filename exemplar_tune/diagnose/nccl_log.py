@@ -13,8 +13,10 @@ framework raised) become one finding per kind (``nccl_warn``). The summary count
 ranks (host, process and device of the line prefixes) and hosts seen, and the transports
 named (``Using network IB``, ``via NET/Socket/0``, ``via P2P/IPC``). ``Bootstrap : Using
 [0]eth0:10.0.0.1<0>`` and ``NET/Socket : Using [0]...`` name the interfaces NCCL chose for its
-bootstrap and its socket transport: a virtual one (a container bridge, a veth pair, an overlay
-or a tunnel: :data:`VIRTUAL`) among them is a warning, since NCCL may carry traffic over it.
+bootstrap and its socket transport: a virtual one (a container bridge, a veth pair, an overlay,
+a tunnel, or an address on Docker's default bridge: ``netdev_names``) among them is a warning,
+since NCCL may carry traffic over it; so is a container (a host named by a 12-digit container
+ID) that finds no interface in its peer's subnet: it sits on a bridge network.
 With ``NCCL_DEBUG_SUBSYS=COLL`` the log also carries one line per call (``nccl_coll``): then
 one INFO finding per collective names the message sizes that carry 90 % of its bytes.
 ``GPU Direct RDMA Enabled/Disabled for HCA`` lines say whether NCCL can use GPUDirect RDMA
@@ -24,6 +26,10 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.netdev_names import (
+    virtual_kind,
+)
 
 from exemplar_tune.diagnose import nccl_coll, nccl_gdr, nccl_warn
 from exemplar_tune.diagnose.base import (
@@ -67,10 +73,10 @@ _BROKEN = ("cannot_open", "wrong_version", "parse_error")
 CHECK_INTERFACES = "fabric.nccl-interfaces"
 _USING = re.compile(r"\b(Bootstrap|NET/Socket)\s*: Using (.*)$")
 _INTERFACE = re.compile(r"(?:^|\s)(?:\[\d+\])?([A-Za-z][\w.-]*):")  # [0]eth0:10.0.0.1<0>
-# names Linux, Docker, Kubernetes CNIs and libvirt give virtual interfaces
-VIRTUAL = re.compile(r"^(?:lo|docker\d*|veth\w*|br-\w+|virbr\d+|cni\d*|flannel[.\w]*|cali\w+|"
-                     r"tunl\d+|ip6tnl\d+|ip_vti\d+|sit\d+|gre\d+|vxlan[.\w-]*|genev_sys_\w+|"
-                     r"tun\d+|tap\w+|kube-\w+|weave|cilium_\w+|podman\d+|nerdctl\d+|lxcbr\d+)$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{12}$")  # Docker's default host name in a container
+# NCCL's socket code finding no address to reach its peer from, or to listen on
+_NO_ROUTE = ("No interface found in the same subnet", "No usable listening interface")
+
 
 
 def sniff(text: str) -> bool:
@@ -104,6 +110,7 @@ class LogReader:
         self.hosts: set[str] = set()
         self.transports: set[str] = set()
         self.interfaces: dict[str, dict[str, Occurrences]] = {}
+        self.addresses: dict[str, str] = {}  # interface: its first address seen
         self.gdr = nccl_gdr.GdrReader()
 
     def feed(self, n: int, line: str, source: str | None) -> None:
@@ -124,9 +131,14 @@ class LogReader:
         if ("via " in line or "Using network" in line) and (m := _TRANSPORT.search(line)):
             self.transports.add(m.group(1) or f"NET/{m.group(2)}")
         if ": Using " in line and (m := _USING.search(line)):
-            for name in _INTERFACE.findall(m.group(2)):
+            listed = m.group(2)
+            for found in _INTERFACE.finditer(listed):
+                name = found.group(1)
                 self.interfaces.setdefault(m.group(1), {}).setdefault(
                     name, Occurrences()).add(n)
+                # the address after the name, up to its <port> (bounded: one pass per line)
+                tail = listed[found.end():found.end() + 64].split("<", 1)[0].split()
+                self.addresses.setdefault(name, tail[0] if tail else "")
         if "RDMA" in line or "GDR" in line or "DMA-BUF" in line:
             self.gdr.feed(n, line, host)
         if "Setting affinity" in line and (m := _AFFINITY.search(line)):
@@ -171,28 +183,49 @@ def judge_topology(source: str, folded: dict[tuple[str, tuple], Occurrences]) ->
                    "(or the log lacks ENV/GRAPH subsystems)")
 
 
-def judge_interfaces(source: str, interfaces: dict[str, dict[str, Occurrences]]
+def judge_interfaces(source: str, log: LogReader, problems: list[nccl_warn.Problem]
                      ) -> Finding | None:
-    """A warning when NCCL's bootstrap or socket interfaces include a virtual one."""
+    """A warning when NCCL's bootstrap or socket interfaces include a virtual one, or when a
+    container finds no interface to reach its peer from (:func:`judge_bridged`)."""
+    interfaces = log.interfaces
     if not interfaces:
-        return None
+        return judge_bridged(source, problems)
     used = {purpose: sorted(names) for purpose, names in interfaces.items()}
-    virtual = {purpose: [n for n in names if VIRTUAL.match(n)] for purpose, names in used.items()}
+    kinds = {name: kind for names in used.values() for name in names
+             if (kind := virtual_kind(name, log.addresses.get(name)))}
     lines = [n for names in interfaces.values() for found in names.values()
              for n in found.cited()]
     shown = "; ".join(f"{purpose}: {', '.join(names)}" for purpose, names in used.items())
-    if not any(virtual.values()):
+    if not kinds:
         return finding(CHECK_INTERFACES, PASS, f"NCCL uses physical interfaces ({shown})",
                        [cite(source, lines)], interfaces=used)
-    bad = sorted({n for names in virtual.values() for n in names})
-    physical = sorted({n for names in used.values() for n in names if not VIRTUAL.match(n)})
+    bad = sorted(kinds)
+    physical = sorted({n for names in used.values() for n in names if n not in kinds})
     fix = (f"set NCCL_SOCKET_IFNAME={','.join(physical)}" if physical else
-           "set NCCL_SOCKET_IFNAME to the host's physical interface (none is listed here)")
+           "set NCCL_SOCKET_IFNAME to the host's physical interface (none is listed here; "
+           "a container needs the host's network: docker run --network host)")
     where = [n for purpose in interfaces for name, found in interfaces[purpose].items()
              if name in bad for n in found.cited()]
+    what = ", ".join(f"{name} ({kinds[name]})" for name in bad)
     return finding(CHECK_INTERFACES, WARN, f"NCCL may carry traffic over virtual interface"
-                   f"{'s' if len(bad) > 1 else ''} {', '.join(bad)} ({shown}): {fix}",
+                   f"{'s' if len(bad) > 1 else ''} {what} ({shown}): {fix}",
                    [cite(source, where)], interfaces=used, virtual=bad)
+
+
+def judge_bridged(source: str, problems: list[nccl_warn.Problem]) -> Finding | None:
+    """A warning when hosts named by a container ID find no interface in their peer's subnet
+    or none to listen on: the container sits on a bridge network its peers cannot reach."""
+    found = [p for p in problems if any(text in p.label for text in _NO_ROUTE)]
+    hosts = sorted({h for p in found for h in p.hosts if _CONTAINER_ID.match(h)})
+    if not hosts:
+        return None
+    lines = sorted(n for p in found for n in p.seen.cited())
+    return finding(CHECK_INTERFACES, WARN, f"NCCL runs in a container ({', '.join(hosts[:4])}: "
+                   "a Docker container ID as host name) and finds no interface that reaches "
+                   "its peer: the container is on a bridge network, not the host's; run it "
+                   "with the host's network (docker run --network host) and set "
+                   "NCCL_SOCKET_IFNAME to the host's NIC", [cite(source, lines)],
+                   containers=hosts)
 
 
 def judge_affinity(source: str, affinity: dict[str, dict[str, Any]]) -> Finding:
@@ -265,7 +298,7 @@ class NcclLogReader:
             raise DiagnoseError(f"{source}: no NCCL log lines")
         findings = nccl_warn.judge_problems(source, problems)
         findings += [judge_topology(source, log.events), judge_affinity(source, log.affinity)]
-        findings += [f for f in (judge_interfaces(source, log.interfaces),
+        findings += [f for f in (judge_interfaces(source, log, problems),
                                  log.gdr.judge(source, log.version or coll.version)) if f]
         findings += judge_sizes(source, coll)
         summary = {"nccl_version": log.version or coll.version, "nccl_lines": log.lines,

@@ -8,7 +8,9 @@ controller) or ``0x0300xx`` (VGA) or one that contains ``<gpu>``; a NIC is a ``p
 ``0x0207xx`` (InfiniBand) or ``0x0200xx`` (Ethernet) or one that contains ``<nic>``/``<net>``;
 a ``<nic>`` with no ``pci`` parent (directly under ``<cpu>``, as NCCL dumps a virtual NIC, e.g.
 Azure NCv4's ``eth0``) is a NIC too, named by its nets. ``<net name="mlx5_0" .../>`` names
-the network devices. A ``<graphs>`` root is an ``NCCL_GRAPH_DUMP_FILE`` (for
+the network devices; ``virtual_nets`` lists those named as a bridge, veth pair, overlay,
+tunnel or loopback (``netdev_names``: a socket transport's dump on a host running containers),
+which NCCL would use as network devices. A ``<graphs>`` root is an ``NCCL_GRAPH_DUMP_FILE`` (for
 ``NCCL_GRAPH_FILE``), not a topology. Parsed with ``safe_xml`` (untrusted).
 """
 
@@ -18,6 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.netdev_names import is_virtual
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.safe_xml import parse_xml
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
@@ -65,17 +68,20 @@ def _pci_less_nics(element: ET.Element, under_pci: bool = False) -> list[ET.Elem
 
 
 def summarize_topology(system: ET.Element) -> dict[str, Any]:
-    """GPUs, NICs (normalised BDFs) and net names of a parsed ``<system>`` element, NICs with
-    no PCI parent (by their net names) and the element counts (``nic`` counts both kinds)."""
+    """GPUs, NICs (normalised BDFs), net names (and the virtual ones) of a parsed ``<system>``
+    element, NICs with no PCI parent (by their net names) and the element counts (``nic``
+    counts both kinds)."""
     pcis = [pci for pci in system.iter("pci") if pci.get("busid")]
     gpus = _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_gpu(p)])
     nics = _unique([normalize_bdf(p.get("busid", "")) for p in pcis if _is_nic(p)])
     loose = [",".join(n.get("name", "?") for n in nic.iter("net")) or "?"
              for nic in _pci_less_nics(system)]
+    nets = _unique([net.get("name", "") for net in system.iter("net") if net.get("name")])
     return {
         "gpus": gpus,
         "nics": nics,
-        "nets": _unique([net.get("name", "") for net in system.iter("net") if net.get("name")]),
+        "nets": nets,
+        "virtual_nets": [name for name in nets if is_virtual(name)],
         "nics_without_pci": loose,
         "counts": {"cpu": sum(1 for _ in system.iter("cpu")),
                    "pci": sum(1 for _ in system.iter("pci")),
@@ -86,7 +92,8 @@ def summarize_topology(system: ET.Element) -> dict[str, Any]:
 
 
 def parse_topo_xml(text: str, source: str) -> dict[str, Any]:
-    """``{valid, root, version, gpus, nics, nets, nics_without_pci, counts, error}`` of an
+    """``{valid, root, version, gpus, nics, nets, virtual_nets, nics_without_pci, counts,
+    error}`` of an
     NCCL topology file.
 
     Malformed or unsafe XML raises ``ParseError``. A well-formed document whose root is not
@@ -111,7 +118,8 @@ def parse_topo_xml(text: str, source: str) -> dict[str, Any]:
 def invalid(reason: str) -> dict[str, Any]:
     """The summary of a file that could not be read or parsed at all."""
     return {"valid": False, "root": None, "version": None, "gpus": None, "nics": None,
-            "nets": None, "nics_without_pci": None, "counts": None, "error": reason}
+            "nets": None, "virtual_nets": None, "nics_without_pci": None, "counts": None,
+            "error": reason}
 
 
 def read_topo_file(root: Sysroot, path: str) -> dict[str, Any]:
