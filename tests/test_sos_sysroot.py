@@ -342,3 +342,59 @@ def test_the_sos_release_is_read_from_version_txt():
     assert SosReport(Sysroot(str(TREE))).version() == (4, 2)  # "sosreport: 4.2"
     assert parse_version("sos report: 4.8.1\n") == (4, 8, 1)  # the spelling of later releases
     assert parse_version("sosreport: 3.2\nkernel: unversioned") == (3, 2)  # 3.x: and plugins
+
+
+IBSTAT = (FIXTURES / "realworld" / "ib-tools" /
+          "leptonai-gpud-testdata-ibstat-h100-8ib-400-ethernet-down.txt")
+PEERMEM_LSMOD = (FIXTURES / "realworld" / "gpudirect" /
+                 "nvidia-nccl-issue1737-lsmod-grep-nvidia-peermem-loaded-gdrdrv.txt")
+
+
+def test_rdma_devices_of_a_report_without_its_ibstat_are_unknown_not_absent():
+    """sos copies no /sys/class/infiniband: without its ibstat the devices are unknown."""
+    fabric = facts_from_sysroot(str(TREE), ["fabric"])["fabric"]
+    assert (fabric["ib_devices"], fabric["present"]) == (None, False)
+    (error,) = [e for e in fabric["errors"] if e["fact"] == "ib_devices"]
+    assert error["error"] == ("not in a sos report; ibstat: not in this sos archive "
+                              "(sos_commands/infiniband/ibstat absent: the infiniband plugin "
+                              "did not run)")
+
+
+def test_rdma_devices_are_read_from_the_reports_ibstat(tmp_path):
+    """A real H100 ibstat (8 IB ports at 400, one Ethernet port down) where sos keeps it:
+    the same devices and port states the sysfs reader gives, and the rails judged."""
+    copy = tree_copy(tmp_path)
+    (copy / "sos_commands/infiniband").mkdir()
+    shutil.copyfile(IBSTAT, copy / "sos_commands/infiniband/ibstat")
+    fabric = facts_from_sysroot(str(copy), ["fabric"])["fabric"]
+    assert fabric["sources"]["ib_devices"] == "sos_commands/infiniband/ibstat"
+    ports = [(d["name"], p["state"]["name"], p["phys_state"]["name"], p["rate_gbps"],
+              p["link_layer"]) for d in fabric["ib_devices"] for p in d["ports"]]
+    ib = [p for p in ports if p[4] == "InfiniBand"]
+    assert len(ib) == 8 and {p[1:4] for p in ib} == {("ACTIVE", "LinkUp", 400.0)}
+    assert [p for p in ports if p[4] == "Ethernet" and p[1] != "ACTIVE"]  # the front-end port
+
+
+def test_a_sysroot_capture_of_ibstat_stands_for_the_class_directory(tmp_path):
+    """Outside a sos report too: a snapshot's ``ibstat.txt`` is read when the tree has no
+    /sys/class/infiniband; a tree with neither has no RDMA device."""
+    (tmp_path / ".exemplar/commands").mkdir(parents=True)
+    assert facts_from_sysroot(str(tmp_path), ["fabric"])["fabric"]["ib_devices"] == []
+    shutil.copyfile(IBSTAT, tmp_path / ".exemplar/commands/ibstat.txt")
+    fabric = facts_from_sysroot(str(tmp_path), ["fabric"])["fabric"]
+    assert len(fabric["ib_devices"]) == len(
+        {line for line in IBSTAT.read_text().splitlines() if line.startswith("CA '")})
+
+
+def test_a_peer_memory_module_is_read_from_lsmod_without_sys_module(tmp_path):
+    """The report's own lsmod (a Kubernetes VM: no peer-memory module), then a real lsmod
+    line showing nvidia_peermem loaded laid where sos keeps it."""
+    fabric = facts_from_sysroot(str(TREE), ["fabric"])["fabric"]
+    assert fabric["gpudirect"]["peermem"] is False
+    assert fabric["sources"]["gpudirect"] == "sos_commands/kernel/lsmod"
+    copy = tree_copy(tmp_path)
+    (copy / "sos_commands/kernel/lsmod").unlink()
+    shutil.copyfile(PEERMEM_LSMOD, copy / "sos_commands/kernel/lsmod")
+    assert facts_from_sysroot(str(copy), ["fabric"])["fabric"]["gpudirect"]["peermem"] is True
+    (copy / "sos_commands/kernel/lsmod").unlink()
+    assert facts_from_sysroot(str(copy), ["fabric"])["fabric"]["gpudirect"]["peermem"] is None

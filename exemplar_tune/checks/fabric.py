@@ -261,6 +261,10 @@ def check_gpudirect_rdma(facts: Facts, profile: Profile) -> Outcome:
         return Outcome(PASS, direct, "nvidia_peermem or dma-buf", "dma-buf: open kernel "
                        f"module on Linux {direct['kernel']} with CONFIG_DMABUF_MOVE_NOTIFY",
                        evidence)
+    if direct["peermem"] is None:  # a capture that holds neither /sys/module nor lsmod
+        return unknown("whether nvidia_peermem is loaded was not read (no /sys/module, no "
+                       "lsmod in this capture) and dma-buf is not certain: GPUDirect RDMA not "
+                       "judged")
     if direct["open_module"] and new_kernel and direct["dmabuf_move_notify"] is None:
         return Outcome(WARN, direct, "nvidia_peermem or dma-buf", "no nvidia_peermem; dma-buf "
                        f"likely (open kernel module, Linux {direct['kernel']}) but the kernel "

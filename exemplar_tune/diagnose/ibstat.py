@@ -1,13 +1,10 @@
 """``ibstat`` text: each RDMA port's state, rate and link layer, judged as compute rails
 (:mod:`.ib_rails`), and devices that vanished while ibstat read them.
 
-Format (infiniband-diags ``ibstat``): per device a ``CA 'mlx5_0'`` line, then indented
-``CA type:``, ``Number of ports:``, ``Firmware version:`` ... and per port ``Port 1:`` with
-``State:`` (Down, Initializing, Armed, Active), ``Physical state:`` (Polling, Disabled,
-LinkUp ...), ``Rate:`` (Gb/s), ``Base lid:``, ``SM lid:`` and ``Link layer:`` (InfiniBand or
-Ethernet). Indentation is tabs or spaces, or gone in a paste. ibstat stops at the first device
-it cannot stat (``ibpanic: ... stat of IB device 'mlx5_8' failed``, :mod:`.ib_capture`): the
-ports before it are good readings, the device is gone, and any device after it is unknown.
+The format is read by the reader the fabric facts use on a captured host (``readers.ibstat``).
+ibstat stops at the first device it cannot stat (``ibpanic: ... stat of IB device 'mlx5_8'
+failed``, :mod:`.ib_capture`): the ports before it are good readings, the device is gone, and
+any device after it is unknown.
 ``ibstat | grep mlx5`` leaves only the ``CA`` lines: devices present, ports unknown.
 """
 
@@ -15,6 +12,11 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.ibstat import (
+    parse_ibstat,
+    rate_gbps,
+)
 
 from exemplar_tune.diagnose.base import (
     FAIL,
@@ -25,15 +27,11 @@ from exemplar_tune.diagnose.base import (
     Report,
     cite,
     finding,
-    numbered,
 )
 from exemplar_tune.diagnose.ib_capture import Surround, command, read_surround
 from exemplar_tune.diagnose.ib_rails import CHECK, Port, fabric_of, judge_ports
 
 KIND = "ibstat"
-_CA = re.compile(r"^CA '([^'\n]{1,200})'$")
-_PORT = re.compile(r"^Port (\d{1,4}):$")
-_FIELD = re.compile(r"^([A-Z][A-Za-z ]{0,40}): *(\S.{0,500})?$")
 _CA_LINE = re.compile(r"^[ \t]*CA '[^'\n]{1,200}'[ \t]*$", re.M)
 _CA_FIELD = re.compile(r"^[ \t]*(?:CA type|Number of ports|Physical state|Link layer):", re.M)
 _PANIC = "main: stat of IB device '"
@@ -51,41 +49,14 @@ def sniff(text: str) -> bool:
 
 
 def parse(text: str) -> list[dict[str, Any]]:
-    """Every device: ``{name, line, fields, ports: [{port, line, last, fields}]}``. A prompt
-    or a panic ends the device block it follows."""
-    devices: list[dict[str, Any]] = []
-    device: dict[str, Any] | None = None
-    port: dict[str, Any] | None = None
-    for n, raw in numbered(text):
-        line = raw.strip()
-        if m := _CA.match(line):
-            device, port = {"name": m.group(1), "line": n, "fields": {}, "ports": []}, None
-            devices.append(device)
-        elif device is None or not line:
-            continue
-        elif m := _PORT.match(line):
-            port = {"port": int(m.group(1)), "line": n, "last": n, "fields": {}}
-            device["ports"].append(port)
-        elif m := _FIELD.match(line):
-            (port or device)["fields"][m.group(1)] = (m.group(2) or "").strip()
-            if port is not None:
-                port["last"] = n
-        elif line.startswith(("ibpanic", "ibwarn")) or command(line) is not None:
-            device = port = None
-    return devices
-
-
-def _rate(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
+    """Every device (``readers.ibstat.parse_ibstat``); a shell prompt ends a device block."""
+    return parse_ibstat(text, lambda line: command(line) is not None)
 
 
 def ports_of(devices: list[dict[str, Any]]) -> list[Port]:
     """:class:`~.ib_rails.Port` of every port read."""
     return [Port(d["name"], p["port"], p["fields"].get("State"),
-                 p["fields"].get("Physical state"), _rate(p["fields"].get("Rate")),
+                 p["fields"].get("Physical state"), rate_gbps(p["fields"].get("Rate")),
                  p["fields"].get("Link layer"), (p["line"], p["last"]),
                  d["fields"].get("CA type"))
             for d in devices for p in d["ports"]]

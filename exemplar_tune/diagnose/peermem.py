@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.lsmod import ROW
+
 from exemplar_tune.diagnose.base import (
     FAIL,
     INFO,
@@ -45,7 +47,6 @@ STACK = {"nvidia": "the NVIDIA driver", "ib_core": "the RDMA stack"}  # GPUDirec
 # a shell prompt: an optional (venv), then [user@host dir] or user@host:dir, then # or $
 _PROMPT = re.compile(r"^(?:\([\w.-]{1,64}\) ?)?(?:\[[^\[\]]{1,200}\]|[\w.@:~/-]{1,200})?"
                      r"[#$] ?(.*)$")
-_ROW = re.compile(r"^([A-Za-z_]\w*)\s+(\d+)\s+(\d+|-)(?:\s+(\S+))?\s*$")
 _HEADER = re.compile(r"^Module\s+Size\s+Used by\s*$")
 _MODPROBE = re.compile(r"^(?:modprobe|insmod): (?:ERROR|FATAL): (.*)$")
 _INSMOD = re.compile(r"^insmod \S+$")
@@ -120,7 +121,7 @@ def _read_line(ev: Evidence, n: int, line: str) -> bool:
     if _HEADER.match(line):
         ev.whole = n
         return True
-    if row := _ROW.match(line):
+    if row := ROW.match(line):
         ev.rows += 1
         if ev.greps:
             ev.greps[-1]["printed"] += 1

@@ -26,10 +26,12 @@ Source: sosreport/sos at commit 5c7e63ee22a96435d16e07c1bcb53faa8020a498:
 ``sos/report/plugins/__init__.py`` (``_mangle_command``, ``collect_cmd_output``,
 ``add_default_collections``, ``_log_warn``), ``sos/report/__init__.py`` (``version``,
 ``_collect_plugin``: ``Plugin <name> timed out``), ``sos/report/plugins/kernel.py``
-(``dmesg``), ``pci.py`` (``lspci -nnvv``, ``lspci -tv``), ``nvidia.py`` (``nvidia-smi -q``,
-``nvidia-smi nvlink -s``/``-e``, the services' ``systemctl status``), ``systemd.py``
+(``dmesg``, ``lsmod``; no copy of ``/sys/module``), ``pci.py`` (``lspci -nnvv``, ``lspci
+-tv``), ``nvidia.py`` (``nvidia-smi -q``, ``nvidia-smi nvlink -s``/``-e``, the services'
+``systemctl status``), ``systemd.py``
 (``systemctl show --all``, ``systemctl show *service --all``, ``systemctl status --all``),
-``infiniband.py``, ``numa.py``, ``processor.py``; and the releases that changed them: 3.3
+``infiniband.py`` (``ibstat``; no copy of ``/sys/class/infiniband``), ``numa.py``,
+``processor.py``; and the releases that changed them: 3.3
 (``lspci -nnvv`` replaced ``lspci`` and ``lspci -nvv``, commit 3044fced), 3.4 (``systemctl show
 *service --all``), 4.3 (``nvidia-smi -q``, ``nvlink -s``/``-e``, commit f2cc6775), 4.8.1
 (``systemctl status`` of ``nvidia-fabricmanager``, commit 757d2b33).
@@ -93,6 +95,8 @@ class Never(NamedTuple):
 FM_UNIT = "nvidia-fabricmanager.service"
 MAPPED: dict[str, tuple[SosOutput, ...]] = {
     "dmesg.txt": (SosOutput("kernel", "dmesg"),),
+    "lsmod.txt": (SosOutput("kernel", "lsmod"),),
+    "ibstat.txt": (SosOutput("infiniband", "ibstat"),),
     "nvidia-smi-q.txt": (SosOutput("nvidia", "nvidia-smi -q", (4, 3)),),
     "nvidia-smi-nvlink-s.txt": (SosOutput("nvidia", "nvidia-smi nvlink -s", (4, 3)),),
     "nvidia-smi-nvlink-e.txt": (SosOutput("nvidia", "nvidia-smi nvlink -e", (4, 3)),),

@@ -49,6 +49,8 @@ COMMANDS: dict[str, list[str]] = {
     "nvidia-smi-topo-m.txt": ["nvidia-smi", "topo", "-m"],
     "lspci-vvv.txt": ["lspci", "-vvv"],
     "dmesg.txt": ["dmesg"],
+    "lsmod.txt": ["lsmod"],  # read in a capture without /sys/module
+    "ibstat.txt": ["ibstat"],  # read in a capture without /sys/class/infiniband
     "systemctl-show-fabricmanager.txt": [
         "systemctl", "show", "--property=Id,LoadState,ActiveState,SubState,Result",
         "nvidia-fabricmanager.service"],

@@ -20,11 +20,17 @@ from typing import Any
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.factsheet import FactSheet
 from ansible_collections.exemplar.tune.plugins.module_utils.readers import (
     gpu_topology,
+    ibstat,
     link_events,
+    lsmod,
     lspci,
     pci,
 )
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import HostStateError
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    CommandFailed,
+    HostStateError,
+    NotSupported,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.infiniband import (
     IB_CLASS,
     read_counters,
@@ -37,16 +43,39 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.nccl_conf im
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+
+
+def _ib_devices(root: Sysroot, errors: list[HostStateError]
+                ) -> tuple[list[dict[str, Any]] | None, str]:
+    """The RDMA devices and where they were read: ``/sys/class/infiniband``, or in a capture
+    without it, its ibstat output (a sos report keeps ibstat's, never the class directory).
+    No class directory and no ibstat output is no device, except in a sos report: unknown."""
+    if root.live or root.exists(IB_CLASS):
+        return read_ib_devices(root, errors), root.display(IB_CLASS)
+    try:
+        out = root.command(ibstat.SOURCE)
+    except NotSupported as exc:
+        if root.sos_report() is None:
+            return [], root.display(IB_CLASS)
+        errors.append(NotSupported(root.display(IB_CLASS), "not in a sos report; "
+                                   f"{exc.path}: {exc.reason}"))
+        return None, root.display(IB_CLASS)
+    devices = ibstat.devices_from_ibstat(out.stdout)
+    if out.rc and not devices:
+        errors.append(CommandFailed(out.source, out.rc, out.stderr or out.stdout))
+        return None, out.source
+    return devices, out.source
+
 
 def _ib_facts(root: Sysroot, sheet: FactSheet, window: float) -> None:
-    source = root.display(IB_CLASS)
     errors: list[HostStateError] = []
     try:
-        devices = read_ib_devices(root, errors)
+        devices, source = _ib_devices(root, errors)
     except HostStateError as exc:
         errors.append(exc)
-        devices = None
-    if devices and window > 0:
+        devices, source = None, root.display(IB_CLASS)
+    if devices and window > 0 and source == root.display(IB_CLASS):
         _deltas(root, devices, window, errors)
     for exc in errors:
         sheet.error("ib_devices", exc)
@@ -70,21 +99,36 @@ def _deltas(root: Sysroot, devices: list[dict[str, Any]], window: float,
 
 
 def _gpudirect_facts(root: Sysroot, sheet: FactSheet) -> None:
-    """``gpudirect``: what GPUDirect RDMA can go through. ``peermem`` (the nvidia_peermem
-    module is loaded: ``/sys/module/nvidia_peermem``), ``open_module`` (the driver is NVIDIA's
+    """``gpudirect``: what GPUDirect RDMA can go through. ``peermem`` (a peer-memory module is
+    loaded: :func:`_peermem`), ``open_module`` (the driver is NVIDIA's
     open kernel module: ``/proc/driver/nvidia/version``; ``None`` unread), ``kernel``
     (``/proc/sys/kernel/osrelease``) and ``dmabuf_move_notify`` (``CONFIG_DMABUF_MOVE_NOTIFY``
     in ``/boot/config-<kernel>``; ``None`` unread): dma-buf needs the last three."""
     version = root.read_optional("proc/driver/nvidia/version")
     kernel = root.read_optional("proc/sys/kernel/osrelease")
     config = root.read_optional(f"boot/config-{kernel}") if kernel else None
+    peermem, where = _peermem(root)
     sheet.put("gpudirect", {
-        "peermem": root.exists("sys/module/nvidia_peermem"),
+        "peermem": peermem,
         "open_module": None if version is None else "Open Kernel Module" in version,
         "kernel": kernel,
         "dmabuf_move_notify": None if config is None else
         "CONFIG_DMABUF_MOVE_NOTIFY=y" in config.splitlines(),
-    }, root.display("sys/module/nvidia_peermem"))
+    }, where)
+
+
+def _peermem(root: Sysroot) -> tuple[bool | None, str]:
+    """Whether a peer-memory module (``nvidia_peermem``, or MOFED's older ``nv_peer_mem``)
+    is loaded, and where that was read: ``/sys/module``, or in a capture without it, its
+    lsmod output; ``None`` (unknown) in a sos report that holds neither."""
+    if root.live or root.exists("sys/module"):
+        return (any(root.exists(f"sys/module/{name}") for name in PEERMEM_MODULES),
+                root.display("sys/module/nvidia_peermem"))
+    try:
+        out = root.command(lsmod.SOURCE)
+    except NotSupported:
+        return (None if root.sos_report() is not None else False), root.display("sys/module")
+    return bool(lsmod.loaded_modules(out.stdout) & set(PEERMEM_MODULES)), out.source
 
 
 def _lspci_wanted(root: Sysroot) -> bool:
