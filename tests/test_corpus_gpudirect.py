@@ -84,3 +84,26 @@ def test_a_kernel_log_with_other_lines_stays_the_kernel_log_s() -> None:
         "\n[11.000000] nvidia_peermem: Unknown symbol ib_register_peer_memory_client (err 0)\n"
     found = detect(text)
     assert found is not None and found.kind == "kernel log"
+
+
+def test_peer_memory_failures_inside_a_whole_kernel_log_are_found() -> None:
+    """A whole kernel log is the kernel log's format, and the peer-memory failures in it are
+    still read. Made of two real captures (derived, joined here): leptonai/gpud's ``dmesg
+    -T`` with an Xid 119 (tests/fixtures/realworld/kernel-log) and the nvidia_peermem lines
+    of NVIDIA/gpu-operator#2868, also ``dmesg -T``."""
+    xid = (REALWORLD / "kernel-log" / "leptonai-gpud-xid-testdata-dmesg-with-xid-119.log")
+    peer = (REALWORLD / "gpudirect" /
+            "nvidia-gpu-operator-issue2868-dmesg-nvidia_peermem-unknown-symbol-gb300.txt")
+    text = xid.read_text() + peer.read_text()
+    report = diagnose_text(text, "dmesg").to_dict()
+    assert report["kind"] == "kernel log"
+    found = {f["check_id"]: f for f in report["findings"]}
+    assert found["gpu.xids"]["status"] == "fail"  # the Xid 119: reset the GPU
+    gdr = found["fabric.gpudirect-rdma"]
+    assert gdr["status"] == "fail"
+    assert "nvidia_peermem does not load: unknown symbols ib_register_peer_memory_client, " \
+           "ib_unregister_peer_memory_client, 2 load attempts" in gdr["message"]
+    first = len(xid.read_text().splitlines()) + 1
+    assert gdr["evidence"] == [f"dmesg:{first}-{first + 7}"]
+    alone = diagnose_text(xid.read_text(), "x").to_dict()["findings"]
+    assert [f["check_id"] for f in alone] == ["gpu.xids"]  # no peer-memory line: no finding

@@ -1,5 +1,7 @@
 """Kernel logs (``dmesg``, ``dmesg -T``, ``dmesg --time-format iso``, ``journalctl -k``,
-syslog): the GPU Xid incidents in them, judged by the preflight check ``gpu.xids``.
+syslog): the GPU Xid incidents in them, judged by the preflight check ``gpu.xids``, and the
+peer-memory module's load failures (``nvidia_peermem: Unknown symbol ...``), which turn
+GPUDirect RDMA off (``fabric.gpudirect-rdma``, read as :mod:`.peermem` reads them).
 
 The log is read by the gpu layer's own reader (:mod:`xid`: the driver's ``NVRM: Xid`` and
 "fallen off the bus" lines, one incident per burst) from the text as given, prefixes and all,
@@ -19,6 +21,7 @@ from ansible_collections.exemplar.tune.plugins.module_utils.readers.xid import p
 
 from exemplar_tune.checks.run import run_checks
 from exemplar_tune.diagnose.base import INFO, PASS, Analyzer, Report, finding
+from exemplar_tune.diagnose.peermem import kernel_failures
 
 KIND = "kernel log"
 LAYER = "gpu"
@@ -42,9 +45,10 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     events = log["events"]
     summary = {"events": len(events), "boots": log["boots"], "clock": log["clock"],
                "sxid_lines": log["sxid_lines"]}
+    peer = [f for f in (kernel_failures(raw, source),) if f]
     if not events:
         return Report(source, KIND, summary, [finding(
-            f"{LAYER}.xids", PASS, "no GPU Xid or bus loss in the kernel log", [source])])
+            f"{LAYER}.xids", PASS, "no GPU Xid or bus loss in the kernel log", [source]), *peer])
     facts = {LAYER: {"xids": events, "present": None, "errors": [],
                      "sources": {"xids": source}}}
     profile = expectations.get("profile") or {}
@@ -53,7 +57,7 @@ def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:
     status = INFO if result.status == PASS and result.observed else result.status
     return Report(source, KIND, summary, [finding(
         result.id, status, result.detail, result.evidence or [source],
-        incidents=result.observed, fix=result.fix)])
+        incidents=result.observed, fix=result.fix), *peer])
 
 
 ANALYZER = Analyzer(KIND, sniff, analyze, label="kernel log (dmesg, journalctl -k, syslog)")

@@ -220,6 +220,22 @@ def _absent(ev: Evidence) -> list[str]:
         g["patterns"] and not g["printed"] and _shown_by(g["patterns"], m) for g in ev.greps)]
 
 
+_IN_LOG = re.compile(r"(nvidia[_-]peermem|nv_peer_mem)\b[^:\n]{0,40}: (.*)$")
+
+
+def kernel_failures(text: str, source: str) -> Finding | None:
+    """The peer-memory module's load failures in a whole kernel log (any line prefix: dmesg,
+    journalctl, syslog), as one failing finding; ``None`` when the log shows none."""
+    ev = Evidence()
+    for n, line in enumerate(text.splitlines(), start=1):
+        if ("peermem" in line or "peer_mem" in line) and (found := _IN_LOG.search(line)) \
+                and _BAD.search(found.group(2)):
+            ev.failures.append((n, found.group(1).replace("-", "_"), found.group(2)))
+            if stamp := _STAMP.match(line.strip()):
+                ev.stamps.add(stamp.group(1))
+    return _failed(ev, source) if ev.failures else None
+
+
 def _failed(ev: Evidence, source: str) -> Finding:
     modules = sorted({m for _, m, _ in ev.failures if m != "?"}) or ["the peer-memory module"]
     said = " ".join(text for _, _, text in ev.failures)
