@@ -67,7 +67,7 @@ def by_check(report: Report, check_id: str) -> list:
     (MEGATRON, "step-time"),
     ("nsys_stats_csv_allgather_before.csv", "nsys"),
     ("dmesg_nvrm_xid_samples.txt", "kernel log"),
-    ("nccl_topo_azure_ndv5_h100.xml", None),
+    ("nccl_topo_azure_ndv5_h100.xml", "nccl topology"),
     ("sysfs_cpuidle_cpufreq_spr1_intel-pepc.txt", None),
 ])
 def test_detect_by_content(name, want):
