@@ -21,6 +21,8 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "preflight": ("preflight-result.schema.json", "preflight --format json"),
     "audit": ("audit-result.schema.json", "audit --format json"),
     "slow-nodes": ("slow-nodes-result.schema.json", "slow-nodes --format json"),
+    "slow-nodes-fabric": ("slow-nodes-fabric-result.schema.json",
+                          "slow-nodes --fabric --format json"),
     "benchmark": ("benchmark.schema.json", "a benchmark file (--bench FILE.yaml)"),
 }
 VALIDATE_ENV = "EXEMPLAR_TUNE_VALIDATE_JSON"

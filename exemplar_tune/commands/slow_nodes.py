@@ -10,6 +10,7 @@ from pathlib import Path
 
 from exemplar_tune.commands import SUMMARIES
 from exemplar_tune.commands.options import add_host_options, facts_runner
+from exemplar_tune.commands.slow_fabric import run_fabric
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.facts import collect_facts
 from exemplar_tune.fleet.hostlist import compress
@@ -60,8 +61,19 @@ facts where it differs from the fleet's majority (facts --differ), no profile ne
 hosts that differ alike are folded into one hostlist. Exit 1 when a host is slow, and when a
 host's benchmark failed, timed out (--timeout stops the whole pass) or gave no result: those
 hosts are named with why, folded (JSON: "lost"), and nothing is compared.
+With --fabric, the hosts that are fine alone but slow every collective they join (a bad NIC,
+cable, switch port or NVLink) are found by bisection: the --bench shape, a multi-node
+nccl-tests run whose command takes its hosts from EXEMPLAR_TUNE_HOSTS (a Slurm shape gets them
+as its nodes), runs over the two halves of the fleet, side by side, --runs times; the slower
+half is split again, down to two hosts, each of which then runs beside a known-good host. About
+log2(N) rounds; where halves cannot be told apart, pairs. The hosts found are joined with the
+link facts where they differ from the majority (port rates and states, error counters, link
+downs, NVLinks down). The number of rounds and multi-node runs is reported.
 Try it: exemplar-tune sim create /tmp/c --hosts 8 --fault node05=deep_cstate_disabled
         exemplar-tune slow-nodes -i /tmp/c/inventory.yml      (README "Slow nodes")
+        exemplar-tune sim create /tmp/f --scenario healthy --hosts 16 --fault node07=nic_degraded
+        exemplar-tune slow-nodes -i /tmp/f/inventory.yml --fabric --bench /tmp/f/nccl.yaml \
+            --shape nccl-allgather
 """
 
 
@@ -79,8 +91,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      "host at once")
     cmd.add_argument("--shape", metavar="NAME", help="with --bench: the shape to run (default: "
                      "the first)")
+    cmd.add_argument("--fabric", action="store_true",
+                     help="find the hosts that slow collectives across hosts (a bad NIC, "
+                     "cable, port or NVLink), fine alone: the --bench shape (nccl-tests, "
+                     "busbw) runs over halves of the fleet, bisected, then over pairs with "
+                     "known-good hosts; --runs per group")
     cmd.add_argument("--runs", type=int, default=5, metavar="N",
-                     help=f"runs per host (default 5, at least {MIN_RUNS})")
+                     help=f"runs per host, or per group with --fabric (default 5, at least "
+                     f"{MIN_RUNS})")
     cmd.add_argument("--confidence", type=float, default=CONFIDENCE, metavar="FRACTION",
                      help=f"shared over all hosts (default {CONFIDENCE})")
     cmd.add_argument("--min-slowdown", type=float, default=MIN_SLOWDOWN, metavar="FRACTION",
@@ -106,7 +124,16 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
         raise UserError(f"--min-slowdown {args.min_slowdown}: a fraction from 0 to 1")
     if args.shape and not args.bench:
         raise UserError("--shape names a shape of a --bench file")
+    if args.fabric and not args.bench:
+        raise UserError("--fabric runs a multi-node collective: give its shape with --bench "
+                        "FILE.yaml --shape NAME (nccl-tests, metric busbw; its command runs "
+                        "over the hosts in EXEMPLAR_TUNE_HOSTS)")
     run = facts_runner(args)
+    if args.fabric:
+        spec = _shape(load_benchmarks(args.bench), args.shape, str(args.bench))
+        text, status = run_fabric(args, run, spec, f"{spec.name} ({args.bench})")
+        _write(args, text)
+        return status
     if args.bench:
         spec = _shape(load_benchmarks(args.bench), args.shape, str(args.bench))
         measured, what = f"{spec.name} ({args.bench})", "benchmark"

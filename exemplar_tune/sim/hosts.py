@@ -19,7 +19,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from exemplar_tune.sim.captures import write_captures
+from exemplar_tune.sim.captures import NVLINKS, write_captures
 
 TREES = Path(__file__).with_name("trees")
 BASES = {"h100": "healthy-h100", "grace": "gb200-grace-vm"}
@@ -205,10 +205,57 @@ def nccl_qps_1(root: Path) -> None:
                            conf.read_text(), flags=re.M))
 
 
+DEGRADED_HCA = "mlx5_1"  # the RDMA device nic_degraded degrades
+DEGRADED_GPU = 1  # the GPU whose NVLinks nvlink_degraded takes down
+DEGRADED_LINKS = 6  # how many of its links
+
+
+def nic_degraded(root: Path) -> None:
+    """One compute rail runs at half its rate (port 1 of :data:`DEGRADED_HCA` trained at 2X,
+    200 of 400 Gb/s), with the error counters and link flaps of a marginal cable or port: it
+    slows every collective across hosts that includes this host, not the host alone."""
+    port = root / "sys/class/infiniband" / DEGRADED_HCA / "ports/1"
+    gbps, speed = re.match(r"([\d.]+) Gb/sec \(\d+X (\w+)\)", (port / "rate").read_text()).groups()
+    _write(port / "rate", f"{float(gbps) / 2:g} Gb/sec (2X {speed})\n")
+    for name, value in (("link_downed", 3), ("symbol_error", 2113),
+                        ("link_error_recovery", 7), ("port_rcv_errors", 41)):
+        _write(port / "counters" / name, f"{value}\n")
+    device = root / "sys/class/infiniband" / DEGRADED_HCA
+    bdf = Path(os.readlink(device / "device")).name
+    iface = next(iter(sorted(p.name for p in (device / "device/net").iterdir())), "ib0")
+    log = root / ".exemplar/commands/dmesg.txt"
+    text = log.read_text()
+    last = re.findall(r"^\[\s*(\d+)\.\d+\]", text, flags=re.M)
+    at = int(last[-1]) if last else 100
+    flaps = "".join(f"[{at + 60 * n + 30:>5}.{n:06d}] mlx5_core {bdf} {iface}: Link {state}\n"
+                    for n in range(3) for state in ("down", "up"))
+    log.write_text(text if text.endswith("\n") or not text else text + "\n")
+    with log.open("a") as handle:
+        handle.write(flaps)
+
+
+def nvlink_degraded(root: Path) -> None:
+    """GPU :data:`DEGRADED_GPU` has :data:`DEGRADED_LINKS` of its NVLinks down
+    (``nvidia-smi nvlink -s`` lists them ``<inactive>``): every collective that includes its
+    GPUs runs slower, inside the host and across hosts."""
+    status = root / ".exemplar/commands/nvidia-smi-nvlink-s.txt"
+    lines, gpu = [], -1
+    for line in status.read_text().splitlines():
+        if line.startswith("GPU "):
+            gpu += 1
+        elif gpu == DEGRADED_GPU and (m := re.match(r"^(\s*Link (\d+)): ", line)) \
+                and int(m.group(2)) >= NVLINKS - DEGRADED_LINKS:
+            line = f"{m.group(1)}: <inactive>"
+        lines.append(line)
+    status.write_text("\n".join(lines) + "\n")
+
+
 FAULTS: dict[str, Callable[[Path], None]] = {
     "cmdqv_disabled_by_param": cmdqv_disabled_by_param,
     "deep_cstate_disabled": deep_cstate_disabled,
     "housekeeping_unconfined": housekeeping_unconfined,
     "topo_not_in_container": topo_not_in_container,
     "nccl_qps_1": nccl_qps_1,
+    "nic_degraded": nic_degraded,
+    "nvlink_degraded": nvlink_degraded,
 }

@@ -11,6 +11,10 @@ condition holds:
 * ``housekeeping_shared`` -- ``system.slice`` may run on every online CPU (not confined):
   occasional 50-100 ms stalls;
 * ``topo_missing_in_container`` -- enroot is installed but carries no ``NCCL_TOPO_FILE``;
+* a degraded link -- an InfiniBand port slower than the host's other rails (``rate``) paces
+  the bandwidth-bound part of every collective across hosts (:func:`link_factor`; a host alone
+  never sees it), and a GPU with NVLinks down (``nvidia-smi nvlink -s``) every collective
+  that includes it, inside the host too;
 * ``fabric_response`` -- the host's NCCL settings (``/etc/nccl.conf`` and the other sources the
   fabric facts resolve) against the scenario's response of the fabric, by message size
   (:mod:`exemplar_tune.sim.fabric`). A host that loads NCCL's example tuner plugin
@@ -42,7 +46,13 @@ import yaml
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs import nccl_tuner
 from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.cpulist import parse_cpulist
-from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import NotSupported
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.errors import (
+    HostStateError,
+    NotSupported,
+)
+from ansible_collections.exemplar.tune.plugins.module_utils.readers.nvlink import (
+    read_nvlink_status,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.bounded_yaml import load_yaml
@@ -159,6 +169,8 @@ def host_state(sysroot: str) -> dict[str, Any]:
     settings = facts["fabric"].get("nccl_settings") or {}
     nccl = {key: (entry or {}).get("value") for key, entry in settings.items()}
     return {
+        "rail_rate_ratio": _rail_rate_ratio(facts["fabric"].get("ib_devices") or []),
+        "nvlink_ratio": _nvlink_ratio(root),
         "cmdqv_missing": bool(vm.get("arch") == "aarch64" and vm.get("smmu_v3")
                               and (vm.get("cmdqv") or {}).get("state") != "active"),
         "deep_cstates_blocked": _cstates_blocked(cpu),
@@ -168,6 +180,34 @@ def host_state(sysroot: str) -> dict[str, Any]:
         "nccl": nccl,
         "tuner": _tuner_rows(root, nccl),
     }
+
+
+def _rail_rate_ratio(devices: list[dict[str, Any]]) -> float:
+    """The slowest compute rail's rate over the fastest's (the InfiniBand ports, or on a RoCE
+    host every RDMA port): NCCL stripes a collective across the rails, so the slowest one
+    paces the bandwidth-bound part of every inter-host call."""
+    ports = [p for d in devices for p in d["ports"] if p.get("rate_gbps")]
+    rails = [p for p in ports if p.get("link_layer") == "InfiniBand"] or ports
+    rates = [p["rate_gbps"] for p in rails]
+    return min(rates) / max(rates) if rates else 1.0
+
+
+def _nvlink_ratio(root: Sysroot) -> float:
+    """The least share of NVLinks active on one GPU (``nvidia-smi nvlink -s``): a GPU with links
+    down paces every collective that includes it; 1.0 when the capture is absent."""
+    try:
+        gpus = read_nvlink_status(root)
+    except HostStateError:
+        return 1.0
+    shares = [g["active"] / g["links"] for g in gpus if g["links"]]
+    return min(shares) if shares else 1.0
+
+
+def link_factor(state: dict[str, Any], nodes: int) -> float:
+    """How much longer the bandwidth-bound part of a collective takes on this host: its
+    slowest rail across hosts (``nodes`` > 1) and its GPU with the fewest NVLinks (always)."""
+    factor = 1.0 / state.get("nvlink_ratio", 1.0)
+    return factor / state.get("rail_rate_ratio", 1.0) if nodes > 1 else factor
 
 
 def _tuner_rows(root: Sysroot, nccl: dict[str, Any]) -> list[dict[str, Any]]:
@@ -234,7 +274,7 @@ def mean_step_time(state: dict[str, Any], scenario: dict[str, Any], workload: st
     effects = scenario["effects"]
     response = scenario["fabric_response"]
     values = settings_of(state, scenario)
-    extra = comm_factor(state, scenario, workload, nodes) - 1.0
+    extra = comm_factor(state, scenario, workload, nodes) * link_factor(state, nodes) - 1.0
     if state["topo_missing_in_container"]:
         extra += effects["topo_missing_in_container"]
     per_call_us, compute = extra_cost(response, values)
@@ -307,8 +347,10 @@ def collective_times(state: dict[str, Any], scenario: dict[str, Any], workload: 
     rng = random.Random(seed_of(scenario["seed"], host, workload, run))  # noqa: S311 - noise
     run_noise = 1.0 + rng.gauss(0.0, scenario["noise_cv"])
     times = []
+    latency, links = shape.get("latency_us", LATENCY_US), link_factor(state, nodes)
     for size in sizes:
         base = base_time_us(scenario, shape["collective"], size)
+        base = latency + (base - latency) * links  # a slow rail or NVLink: the bandwidth part
         at = settings_at(state, scenario, shape["collective"], size, nodes)
         value = base * time_factor(response, at, size) * topology + per_call_us
         times.append(value * run_noise * (1.0 + rng.gauss(0.0, scenario["noise_cv"] / 2)))
