@@ -1,7 +1,7 @@
 """Kernel logs (``dmesg``, ``dmesg -T``, ``dmesg --time-format iso``, ``journalctl -k``,
 syslog): the GPU Xid incidents in them, judged by the preflight check ``gpu.xids``, and the
 peer-memory module's load failures (``nvidia_peermem: Unknown symbol ...``), which turn
-GPUDirect RDMA off (``fabric.gpudirect-rdma``, read as :mod:`.peermem` reads them).
+GPUDirect RDMA off (``fabric.gpudirect-rdma``).
 
 The log is read by the gpu layer's own reader (:mod:`xid`: the driver's ``NVRM: Xid`` and
 "fallen off the bus" lines, one incident per burst) from the text as given, prefixes and all,
