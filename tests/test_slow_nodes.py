@@ -23,6 +23,7 @@ from exemplar_tune.orchestration.slow_nodes import (
     measure_on_hosts,
     node_value,
     slow_groups,
+    turned_slow,
     unanswered,
 )
 from exemplar_tune.reports.prometheus import slow_nodes_text
@@ -56,6 +57,27 @@ def test_noise_alone_names_no_host_and_small_slowdowns_are_not_worth_naming():
     assert not any(v.slow for v in judge(fleet({}, hosts=32), 0.9))
     small = judge(fleet({"node03": 0.006}, cv=0.0005), 0.9, min_slowdown=0.01)
     assert small[0].host == "node03" and small[0].low > 0 and not small[0].slow
+
+
+def test_a_host_that_turns_slow_mid_way_is_named_with_the_run_it_began():
+    """node04's last four of eight runs are 5 % slower: over all runs it is not slower beyond
+    the interval shared over 16 hosts, but it turned slow at run 5, and only it did."""
+    values = fleet({}, hosts=16, runs=8, cv=0.005, seed=7)
+    values["node04"] = [v * (1.05 if i >= 4 else 1.0) for i, v in enumerate(values["node04"])]
+    verdicts = turned_slow(judge(values, 0.9), 0.9)
+    turned = [v for v in verdicts if v.turned]
+    assert [v.host for v in turned] == ["node04"]
+    (found,) = turned
+    assert found.turned.index == 4 and found.turned.low <= 4 <= found.turned.high
+    assert found.turned.relative == pytest.approx(0.05, abs=0.01)
+    assert found.turned_line() == (f"node04: {found.turned.relative:.1%} slower from run 5 of "
+                                   "8 [run 5]")
+    assert found.to_dict()["turned_slow"]["run"] == 5
+    calm = turned_slow(judge(fleet({}, hosts=16, runs=8, seed=8), 0.9), 0.9)
+    assert not any(v.turned for v in calm)
+    drift = fleet({}, hosts=16, runs=8, seed=9)  # every host 5 % slower from run 5: the fleet's
+    drift = {h: [v * (1.05 if i >= 4 else 1.0) for i, v in enumerate(r)] for h, r in drift.items()}
+    assert not any(v.turned for v in turned_slow(judge(drift, 0.9), 0.9))
 
 
 def test_the_error_is_shared_over_the_hosts():

@@ -28,6 +28,7 @@ from exemplar_tune.orchestration.slow_nodes import (
     measure_on_hosts,
     noise,
     slow_groups,
+    turned_slow,
     unanswered,
 )
 from exemplar_tune.orchestration.stats import CONFIDENCE
@@ -149,11 +150,11 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
         measured, what = f"node benchmark, {done.measured}", "node benchmark"
     if missing:
         return _report_lost(args, measured, missing, f"running the {what}", len(values))
-    verdicts = explain(judge(values, args.confidence, args.min_slowdown),
-                       differences(hosts_facts))
+    verdicts = turned_slow(explain(judge(values, args.confidence, args.min_slowdown),
+                                   differences(hosts_facts)), args.confidence)
     doc = _document(args, measured, [v.to_dict() for v in verdicts], round(noise(values), 5))
     _write(args, render(doc, verdicts, args.format))
-    return EXIT_FINDINGS if doc["slow"] else EXIT_OK
+    return EXIT_FINDINGS if doc["slow"] or any(v.turned for v in verdicts) else EXIT_OK
 
 
 def _write(args: argparse.Namespace, text: str) -> None:
@@ -228,7 +229,8 @@ def _table(doc: dict, verdicts: list[HostVerdict]) -> str:
         lines += [f"       {text}" for text in group.differs
                   or ("differs from the majority in no fact read (facts --differ): look "
                       "outside the layers",)]
-    rest = [v.host for v in verdicts if not v.slow]
+    lines += [f"  TURNED SLOW {v.turned_line()}" for v in verdicts if v.turned]
+    rest = [v.host for v in verdicts if not v.slow and not v.turned]
     slow = sum(v.slow for v in verdicts)
     lines.append(f"  {slow} slow; within the fleet: {compress(rest) or 'none'}")
     return join_lines(lines) + "\n"

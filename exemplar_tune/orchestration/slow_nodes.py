@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from exemplar_tune.diagnose.change_point import ChangePoint, run_change
 from exemplar_tune.diagnose.nccl_tests import parse_tests
 from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.diagnose.steptime import parse_steps
@@ -83,11 +84,26 @@ class HostVerdict:
     high: float
     slow: bool
     differs: tuple[str, ...] = field(default=())
+    turned: ChangePoint | None = None  # where the host turned slow among its runs
 
     def to_dict(self) -> dict[str, Any]:
+        turned = None if self.turned is None else {
+            "run": self.turned.index + 1,
+            "interval": [self.turned.low + 1, self.turned.high + 1],
+            "slowdown": round(self.turned.relative, 5), "p_value": self.turned.p_value}
         return {"host": self.host, "slow": self.slow, "slowdown": round(self.slowdown, 5),
                 "interval": [round(self.low, 5), round(self.high, 5)],
-                "runs": list(self.runs), "differs": list(self.differs)}
+                "runs": list(self.runs), "differs": list(self.differs),
+                "turned_slow": turned}
+
+    def turned_line(self) -> str:
+        """``node05: 4.1% slower from run 5 of 8 [runs 5-6]`` (``""`` when it did not)."""
+        if self.turned is None:
+            return ""
+        low, high = self.turned.low + 1, self.turned.high + 1
+        runs = f"run {low}" if low == high else f"runs {low}-{high}"
+        return (f"{self.host}: {self.turned.relative:.1%} slower from run "
+                f"{self.turned.index + 1} of {len(self.runs)} [{runs}]")
 
     def line(self) -> str:
         """``node17: 6.1 % slower [4.8, 7.3]``."""
@@ -232,6 +248,26 @@ def _verdict(host: str, values: Mapping[str, list[float]], left_out: set[str], e
     slowdown, low, high = -comp.rel_change, -comp.ci_high, -comp.ci_low
     return HostVerdict(host, tuple(values[host]), slowdown, low, high,
                        low > 0 and slowdown >= min_slowdown)
+
+
+def turned_slow(verdicts: list[HostVerdict], confidence: float) -> list[HostVerdict]:
+    """The verdicts, each host that turned slow among its runs with where it began
+    (``change_point.run_change``): each host's runs over the other hosts' median at the same
+    run (a drift of the whole fleet is no host's), the fleet's run-to-run noise known, the
+    error shared over the hosts as for the intervals. Runs must line up (the same count on
+    every host: the node benchmark's passes, or ``--bench``'s rounds)."""
+    values = {v.host: list(v.runs) for v in verdicts}
+    if len({len(runs) for runs in values.values()}) != 1:
+        return verdicts
+    cv, alpha = noise(values), (1.0 - confidence) / len(values)
+    out = []
+    for verdict in verdicts:
+        others = [runs for host, runs in values.items() if host != verdict.host]
+        fleet = [statistics.median(runs[i] for runs in others)
+                 for i in range(len(verdict.runs))]
+        found = run_change(verdict.runs, noise=cv, reference=fleet, alpha=alpha)
+        out.append(replace(verdict, turned=found) if found else verdict)
+    return out
 
 
 def explain(verdicts: list[HostVerdict], found: list[Difference]) -> list[HostVerdict]:
