@@ -231,10 +231,12 @@ def test_slow_nodes_finds_and_explains_a_host_whose_idle_state_is_disabled(tmp_p
     assert made.returncode == 0 and "node05 also: deep_cstate_disabled" in made.stdout
     inventory, bench = str(faulty / "inventory.yml"), str(faulty / "bench.yaml")
     out = cli("slow-nodes", "-i", inventory, "--bench", bench, "--runs", "3", "--format",
-              "json")
+              "json", "--detect", "2%")
     assert out.returncode == 1, out.stdout + out.stderr
     doc = json.loads(out.stdout)
     assert doc["slow"] == "node05" and doc["measured"].startswith("dense")
+    assert doc["detect"].startswith("to see a 2% slower host with 95% power at ")
+    assert " over 8 hosts: --runs " in doc["detect"] and "(--runs 3 gave " in doc["detect"]
     (slow,) = [h for h in doc["hosts"] if h["slow"]]
     assert slow["slowdown"] == pytest.approx(0.04, abs=0.015) and slow["interval"][0] > 0
     assert "cpu.cpuidle.deepest_state_disabled_anywhere=true (majority false)" in slow["differs"]
@@ -312,7 +314,10 @@ def test_slow_nodes_bad_input_is_one_line(tmp_path):
             (["-i", inventory, "--shape", "gemm"], "--shape names a shape of a --bench file"),
             (["-i", inventory, "--bench", bench, "--min-slowdown", "2"], "a fraction"),
             (["-i", inventory, "--bench", bench, "--confidence", "1.5"],
-             "--confidence 1.5: a fraction between 0 and 1")):
+             "--confidence 1.5: a fraction between 0 and 1"),
+            (["-i", inventory, "--detect", "2x"], "--detect 2x: a slowdown such as 2% or 0.02"),
+            (["-i", inventory, "--fabric", "--detect", "2%"],
+             "--detect sizes slow-nodes' runs per host")):
         out = cli("slow-nodes", *args)
         assert out.returncode == 2, out.stdout + out.stderr
         lines = out.stderr.strip().splitlines()

@@ -17,6 +17,7 @@ from exemplar_tune.fleet.hostlist import compress
 from exemplar_tune.fleet.majority import differences
 from exemplar_tune.json_schemas import checked
 from exemplar_tune.orchestration.benchmark import BenchmarkSpec, load_benchmarks
+from exemplar_tune.orchestration.detect_power import detect_line, parse_slowdown
 from exemplar_tune.orchestration.slow_nodes import (
     MIN_RUNS,
     MIN_SLOWDOWN,
@@ -44,6 +45,7 @@ EPILOG = """examples:
   exemplar-tune slow-nodes -i hosts.yml --runs 8 --format json
   exemplar-tune slow-nodes -i hosts.yml --format prometheus --output /var/lib/textfile/slow.prom
   exemplar-tune slow-nodes -i hosts.yml --bench node-bench.yaml --shape gemm
+  exemplar-tune slow-nodes -i hosts.yml --detect 2%      also: the --runs a 2 % slower host needs
 
 Without --bench, every host runs the node benchmark on itself, all hosts at once (--forks),
 in the same Ansible pass that reads its facts: the host's exemplar_node_bench_command (an
@@ -100,6 +102,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--runs", type=int, default=5, metavar="N",
                      help=f"runs per host, or per group with --fabric (default 5, at least "
                      f"{MIN_RUNS})")
+    cmd.add_argument("--detect", metavar="SLOWDOWN",
+                     help="also say how many --runs per host name a host this much slower "
+                     "(e.g. 2%%) with 95%% power at the run-to-run noise measured, and what the "
+                     "runs made gave (exemplar_tune.orchestration.detect_power)")
     cmd.add_argument("--confidence", type=float, default=CONFIDENCE, metavar="FRACTION",
                      help=f"shared over all hosts (default {CONFIDENCE})")
     cmd.add_argument("--min-slowdown", type=float, default=MIN_SLOWDOWN, metavar="FRACTION",
@@ -125,6 +131,10 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
         raise UserError(f"--min-slowdown {args.min_slowdown}: a fraction from 0 to 1")
     if args.shape and not args.bench:
         raise UserError("--shape names a shape of a --bench file")
+    detect = parse_slowdown(args.detect) if args.detect else None
+    if detect is not None and args.fabric:
+        raise UserError("--detect sizes slow-nodes' runs per host; the --fabric search is not "
+                        "modelled (bench/slow_power.py measures it)")
     if args.fabric and not args.bench:
         raise UserError("--fabric runs a multi-node collective: give its shape with --bench "
                         "FILE.yaml --shape NAME (nccl-tests, metric busbw; its command runs "
@@ -153,6 +163,11 @@ def cmd_slow_nodes(args: argparse.Namespace) -> int:
     verdicts = turned_slow(explain(judge(values, args.confidence, args.min_slowdown),
                                    differences(hosts_facts)), args.confidence)
     doc = _document(args, measured, [v.to_dict() for v in verdicts], round(noise(values), 5))
+    if detect is not None:
+        doc["detect"] = detect_line(detect, noise(values), len(values), args.runs,
+                                    args.confidence, min_slowdown=args.min_slowdown)
+        if args.format in ("prometheus", "html"):
+            say(doc["detect"])
     _write(args, render(doc, verdicts, args.format))
     return EXIT_FINDINGS if doc["slow"] or any(v.turned for v in verdicts) else EXIT_OK
 
@@ -233,4 +248,6 @@ def _table(doc: dict, verdicts: list[HostVerdict]) -> str:
     rest = [v.host for v in verdicts if not v.slow and not v.turned]
     slow = sum(v.slow for v in verdicts)
     lines.append(f"  {slow} slow; within the fleet: {compress(rest) or 'none'}")
+    if doc.get("detect"):
+        lines.append(f"  {doc['detect']}")
     return join_lines(lines) + "\n"
