@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                         "runs_needed asks for (default 8,32; '' for none)")
     parser.add_argument("--fabric-runs", default="", metavar="N[,N...]",
                         help="also --fabric at these runs per group, every fleet and noise, "
-                        f"no slow host and +{pct(GOAL_SLOWDOWN)} (default none)")
+                        f"no slow host and +{pct(GOAL_SLOWDOWN)} (default none)".replace("%", "%%"))
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every cell there")
     args = parser.parse_args(argv)
     if min(args.draws, args.jobs) < 1 or args.steps < 5 or min(args.text_check,

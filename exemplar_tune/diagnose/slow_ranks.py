@@ -7,7 +7,11 @@ lined up by iteration; at every iteration that at least ``MIN_RANKS`` ranks logg
 absolute deviations and by more than ``MIN_REL`` of the median (the second keeps ranks that
 agree to a few microseconds from being called slow). A rank is *slow* when it is behind in at
 least ``REPEAT`` of the iterations it logged and in at least ``MIN_BEHIND`` of them: one bad
-step is a stall (the stall rule's business), a repeated one is the rank. Every rank's times
+step is a stall (the stall rule's business), a repeated one is the rank. A rank a little
+slower at every iteration, within the ranks' spread each time, is slow too when over all its
+iterations it is above the median more often than chance allows (a sign test at
+``SIGN_ALPHA`` shared over the ranks) by a median of at least ``MIN_REL``: more iterations
+then find a smaller slowdown. Every rank's times
 are held in columns (:class:`RankTimes`) and compared a chunk of whole iterations at a time.
 
 A rank can also turn slow mid-job, too late to be behind in ``REPEAT`` of its iterations: each
@@ -31,14 +35,16 @@ benchmark run on each host alone.
 from __future__ import annotations
 
 import copy
+import math
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from exemplar_tune.diagnose.base import INFO, PASS, WARN, Finding, cite, finding
+from exemplar_tune.diagnose.base import INFO, KEEP_LINES, PASS, WARN, Finding, cite, finding
 from exemplar_tune.diagnose.change_point import change_points
 from exemplar_tune.diagnose.normalize import place
 from exemplar_tune.diagnose.steplog import Line, NoTiming, Samples
@@ -56,6 +62,7 @@ MAX_HIDDEN = 0.10  # a rank this much slower could hide in the ranks' disagreeme
 MAX_RANKS = 4096  # ranks compared (the first seen); each one's series is read apart
 CHUNK = 1 << 16  # entries (rank x iteration) compared at a time
 CHANGE_ALPHA = 0.01  # chance, over all of a job's ranks, of a change named where none was
+SIGN_ALPHA = 0.01  # chance, over all of a job's ranks, of one named consistently slower wrongly
 
 
 @dataclass(frozen=True)
@@ -327,6 +334,29 @@ def excesses(times: RankTimes, table: tuple[np.ndarray, ...]
         yield name, step[kept], time[kept] / medians[at[kept]] - 1.0, line[kept]
 
 
+def consistently_slower(times: RankTimes, table: tuple[np.ndarray, ...],
+                        named: set[str]) -> list[RankVerdict]:
+    """The ranks (not in ``named``) slower than the ranks' median in more of their iterations
+    than chance allows (a one-sided sign test, normal approximation, at :data:`SIGN_ALPHA`
+    shared over the ranks) by a median excess of at least ``MIN_REL``: a rank a few percent
+    slower at every iteration, each time within the ranks' spread and so never ``K_MAD`` MADs
+    behind, is found over many iterations. ``behind`` counts its iterations above the
+    median."""
+    z = NormalDist().inv_cdf(1.0 - SIGN_ALPHA / len(times))
+    found = []
+    for name, _, excess, line in excesses(times, table):
+        steps = len(excess)
+        if name in named or steps < MIN_STEPS:
+            continue
+        above = excess > 0
+        over = int(above.sum())
+        median = float(np.median(excess))
+        if median >= MIN_REL and (over - 0.5 - steps / 2) / (math.sqrt(steps) / 2) > z:
+            found.append(RankVerdict(name, steps, over, median,
+                                     tuple(line[above][:KEEP_LINES].tolist())))
+    return sorted(found, key=lambda v: -v.excess)
+
+
 def judge(source: str, times: RankTimes,
           files: tuple[tuple[str, int], ...] = ()) -> Finding | None:
     """The slow-ranks finding of a log with several ranks (None for one rank): the ranks
@@ -346,6 +376,7 @@ def judge(source: str, times: RankTimes,
                        f"or more of them: too few to tell a slow rank (at least {MIN_STEPS} "
                        "needed)", ranks=ranks, steps=steps)
     slow = [v for v in found if v.behind >= max(MIN_BEHIND, REPEAT * v.steps)]
+    slow += consistently_slower(times, table, {v.rank for v in slow})
     turned = onsets(times, table)
     named = {v.rank for v in slow}
     became = sorted((o for o in turned.values() if o.rank not in named),
