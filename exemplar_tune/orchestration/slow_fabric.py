@@ -61,13 +61,12 @@ class GroupTest:
 
 @dataclass
 class FabricSearch:
-    """The search's record: rounds, multi-node runs, each group's values, the tests made and
-    the hosts found (``suspects``), with how they were found (``method``)."""
+    """The search's record: rounds, multi-node runs, the tests made and the hosts found
+    (``suspects``), with how they were found (``method``)."""
 
     hosts: Group
     rounds: int = 0
     runs: int = 0
-    values: dict[Group, list[float]] = field(default_factory=dict)
     tests: list[GroupTest] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)
     good: set[str] = field(default_factory=set)
@@ -140,7 +139,6 @@ class _Probe:
                       f"{'/'.join(sorted({str(len(g)) for g in groups}))} hosts")
         found = self.measure(groups)
         self.search.runs += sum(len(v) for v in found.values())
-        self.search.values.update(found)
         return found
 
     def test(self, group: Group, reference: str, values: list[float],
