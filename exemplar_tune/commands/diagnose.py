@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from exemplar_tune.commands import SUMMARIES
@@ -13,6 +14,7 @@ from exemplar_tune.diagnose import (
     compare_reports,
     diagnose_job,
     diagnose_paths,
+    parallel as parallel_module,
 )
 from exemplar_tune.errors import EXIT_FINDINGS, EXIT_OK, UserError
 from exemplar_tune.inputs import MAX_INPUT
@@ -43,7 +45,9 @@ Every finding names the layer and the preflight check it bears on. A log holding
 ranks' lines (launcher prefixes: srun --label, torchrun, OpenMPI, Ray, 'HOST: ') is also read
 rank by rank: workload.slow-ranks names the ranks that log slower steps again and again.
 --ranks reads a job's files (one per rank or host, or their directory) together, each file's
-name standing for its rank. gzip and zstd files are read directly (zstd needs the zstd program).
+name standing for its rank, in --jobs worker processes (contiguous chunks of the files, their
+readings merged into the report one process gives). gzip and zstd files are read directly
+(zstd needs the zstd program).
 Logs are read as streams: NCCL logs, nccl-tests and step-time logs of any size in bounded
 memory, a finding repeated on many lines or ranks reported once with its count, first and
 last line and hosts; other captures (turbostat, nvidia-smi ...) are read whole, up to 64 MiB.
@@ -62,6 +66,12 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ranks", action="store_true",
                      help="the files (or directories of files) are one job's logs, one per "
                      "rank or host: one report, each line named by its file")
+    cmd.add_argument("--jobs", type=_jobs, default=_cpus(), metavar="N",
+                     help="with --ranks: read the job's files in up to N worker processes, "
+                     "each a contiguous chunk of at least "
+                     f"{parallel_module.MIN_CHUNK >> 20} MiB, the report the same as with 1 "
+                     "(default: the CPUs this process may use, %(default)s here; 1 reads the "
+                     "files in turn in this process)")
     cmd.add_argument("--max-input", type=_size, metavar="SIZE",
                      help="read at most this much (expanded) per file, or in all with --ranks "
                      f"(K, M or G; default: {MAX_READ >> 30}G, and {MAX_INPUT >> 20}M of a "
@@ -71,6 +81,24 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
                      help="with two nccl-tests files: busbw ratio per size (second / first); "
                      "with two nsys reports: mean NCCL kernel time per collective")
     cmd.set_defaults(func=cmd_diagnose)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return jobs
 
 
 def _size(text: str) -> int:
@@ -94,7 +122,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise UserError("--ranks reads one job's files together; --compare takes two reports")
     if args.ranks:
         try:
-            reports, errors = [diagnose_job(args.files, *_bounds(args))], []
+            reports, errors = [diagnose_job(args.files, *_bounds(args), jobs=args.jobs)], []
         except DiagnoseError as exc:
             raise UserError(str(exc)) from None
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,37 @@ def diagnose_stream(stream: LineStream, source: str,
     ``whole_bytes`` (``UserError`` past that).
     """
     lines = iter(stream)
+    return read_rest(stream, lines, recognised(stream, lines, source), source, expectations,
+                     whole_bytes)
+
+
+def read_rest(stream: LineStream, lines: Iterator, found: tuple[Analyzer, list], source: str,
+              expectations: dict[str, Any] | None = None,
+              whole_bytes: int = MAX_INPUT) -> Report:
+    """The report of ``stream`` whose format was recognised on its first lines (``found``:
+    the analyzer and those lines, :func:`recognised`; ``lines``: the stream's iterator, at
+    the rest), as :func:`diagnose_stream` makes it."""
+    analyzer, window = found
+    del found
+    with malformed(source, analyzer.kind):
+        if analyzer.reader is not None:
+            reader = analyzer.reader(source, dict(expectations or {}))
+            rest = chain(window, lines)
+            del window  # the window's lines go once they are read again
+            for n, line, origin, raw in rest:
+                reader.feed(n, line, origin, raw)
+            report = reader.report(tuple(stream.files))
+        else:
+            report = analyzer.analyze(_whole(stream, window, lines, analyzer.kind,
+                                             whole_bytes), source, dict(expectations or {}))
+    if described := stream.described():
+        report.summary.setdefault("input", described)
+    return report
+
+
+def recognised(stream: LineStream, lines: Iterator, source: str) -> tuple[Analyzer, list]:
+    """The analyzer of the stream's first :data:`DETECT_WINDOW` bytes (read from ``lines``,
+    its iterator), and those lines; ``DiagnoseError`` for binary content or no format."""
     window, size = _window(lines)
     head = stream.text(window)
     if not _is_text(strip_ansi(head.raw)):  # colour codes are terminal noise, not binary
@@ -127,28 +159,24 @@ def diagnose_stream(stream: LineStream, source: str,
     if analyzer is None:
         where = f" in its first {DETECT_WINDOW >> 20} MiB" if size >= DETECT_WINDOW else ""
         raise DiagnoseError(f"{source}: not a recognised format{where} ({KINDS_TEXT})")
+    return analyzer, window
+
+
+@contextmanager
+def malformed(source: str, kind: str) -> Iterator[None]:
+    """Within the block, content a reader cannot read (``ValueError``, ``KeyError`` ...,
+    nested deeper than it follows) is a one-line ``DiagnoseError`` naming ``source`` and the
+    format ``kind``."""
     try:
-        if analyzer.reader is not None:
-            reader = analyzer.reader(source, dict(expectations or {}))
-            rest = chain(window, lines)
-            del window, head  # the window's lines go once they are read again
-            for n, line, origin, raw in rest:
-                reader.feed(n, line, origin, raw)
-            report = reader.report(tuple(stream.files))
-        else:
-            report = analyzer.analyze(_whole(stream, window, lines, analyzer.kind,
-                                             whole_bytes), source, dict(expectations or {}))
+        yield
     except DiagnoseError:
         raise
     except (ValueError, KeyError, IndexError, TypeError, ArithmeticError) as exc:
         why = " ".join(str(exc).split())
-        raise DiagnoseError(f"{source}: malformed {analyzer.kind} output ({why})") from exc
+        raise DiagnoseError(f"{source}: malformed {kind} output ({why})") from exc
     except RecursionError:  # input nested deeper than a reader follows
-        raise DiagnoseError(f"{source}: malformed {analyzer.kind} output (nested deeper than "
+        raise DiagnoseError(f"{source}: malformed {kind} output (nested deeper than "
                             "it is read)") from None
-    if described := stream.described():
-        report.summary.setdefault("input", described)
-    return report
 
 
 def _window(lines: Iterator) -> tuple[list, int]:
@@ -200,21 +228,32 @@ def diagnose_paths(paths: list[str], expectations: dict[str, Any] | None = None,
 
 
 def diagnose_job(paths: list[str], max_bytes: int = MAX_READ,
-                 whole_bytes: int = MAX_INPUT) -> Report:
+                 whole_bytes: int = MAX_INPUT, jobs: int = 1) -> Report:
     """One report of one job's logs, one file per rank or per host (a directory stands for
     every regular file under it), read in turn as one stream whose lines name their file
     (:class:`~.stream.LineStream`); ``UserError`` (one line) for a file that cannot be read
-    or more than ``max_bytes`` in all, ``DiagnoseError`` for content that cannot be read."""
+    or more than ``max_bytes`` in all, ``DiagnoseError`` for content that cannot be read.
+
+    With ``jobs`` above 1 the files are read in up to that many contiguous chunks, each by a
+    worker process, and the readers merged into the same report, errors and all
+    (:mod:`.parallel`); a job too small to share out is read here as with 1."""
     files = job_files(paths)
     if len(files) < 2:
         raise UserError(f"--ranks: {len(files)} file(s) found in {' '.join(paths)}; give the "
                         "files of a job's ranks or hosts (or their directory)")
     names = file_labels(files)
+    source = f"{' '.join(paths)} ({len(files)} files)"
+    what = f"--ranks: the {len(files)} files"
+    if jobs > 1:
+        from exemplar_tune.diagnose import parallel  # it imports this package: not at its top
+
+        chunks = parallel.chunks(files, names, jobs)
+        if len(chunks) > 1:
+            return parallel.diagnose_chunks(chunks, source, what, max_bytes, whole_bytes)
     inputs = ((name, capture_lines(path, "capture")) for path, name in zip(files, names,
                                                                            strict=True))
-    source = f"{' '.join(paths)} ({len(files)} files)"
-    return diagnose_stream(LineStream(inputs, max_bytes, f"--ranks: the {len(files)} files"),
-                           source, whole_bytes=whole_bytes)
+    return diagnose_stream(LineStream(inputs, max_bytes, what), source,
+                           whole_bytes=whole_bytes)
 
 
 def job_files(paths: list[str]) -> list[Path]:

@@ -216,3 +216,64 @@ def to_float(token: str) -> float | None:
 def numbered(text: str) -> list[tuple[int, str]]:
     """``(line_number, line)`` for every line, numbered from 1."""
     return list(enumerate(text.splitlines(), start=1))
+
+
+# --- one job's chunks read apart, then merged (exemplar_tune.diagnose.parallel) -------------
+
+def occurrences_merged(mine: Occurrences, theirs: Occurrences, line_offset: int) -> None:
+    """Fold ``theirs`` into ``mine``: where the same thing was seen in the lines that follow,
+    numbered from 1 there and ``line_offset`` on here. The result is what :meth:`Occurrences.
+    add` gives for ``mine``'s lines then ``theirs``': the counts added, the first line kept,
+    the last taken, at most :data:`KEEP_LINES` line numbers kept."""
+    if not theirs.count:
+        return
+    mine.count += theirs.count
+    mine.first = mine.first or theirs.first + line_offset
+    mine.last = theirs.last + line_offset
+    room = KEEP_LINES - len(mine.lines)
+    if room > 0:
+        mine.lines += [n + line_offset for n in theirs.lines[:room]]
+
+
+def shifted_occurrences(seen: Occurrences, line_offset: int) -> Occurrences:
+    """A copy of ``seen`` with its line numbers ``line_offset`` on."""
+    out = Occurrences()
+    occurrences_merged(out, seen, line_offset)
+    return out
+
+
+def merge_folded(mine: dict[Any, Occurrences], theirs: dict[Any, Occurrences],
+                 line_offset: int) -> None:
+    """Fold ``theirs`` into ``mine`` key by key (:func:`occurrences_merged`); keys first seen
+    in ``theirs`` come after ``mine``'s, in their order, as feeding the lines in turn does."""
+    for key, seen in theirs.items():
+        if key in mine:
+            occurrences_merged(mine[key], seen, line_offset)
+        else:
+            mine[key] = shifted_occurrences(seen, line_offset)
+
+
+class ChunkReader(LineReader, Protocol):
+    """A :class:`LineReader` whose reading of a job can be split: its files are cut into
+    chunks in order, each chunk read by a reader of its own (the first as usual, the others
+    after :meth:`later`), and the readers folded into the first in order (:meth:`fits`,
+    :meth:`merge`), which then reports as if it had been fed every line itself. Line numbers
+    are each chunk's own, from 1: :meth:`merge` moves them on by the lines before."""
+
+    def later(self) -> None:
+        """Read a chunk that is not the job's first: the state a line before it could leave
+        is assumed (and, where it matters, what the chunk's lines read of it is noted)."""
+
+    def seal(self) -> None:
+        """The chunk is read: state made ready to travel (to another process) and fold."""
+
+    def reopen(self) -> None:
+        """Before this reader (the chunks so far, folded) is fed a chunk's lines itself."""
+
+    def fits(self, other: Any) -> str | None:
+        """``None`` when ``other`` (the next chunk, read after :meth:`later`) folds into this
+        reader exactly; else why not (the chunk must then be fed to this reader itself)."""
+
+    def merge(self, other: Any, line_offset: int) -> None:
+        """Fold ``other``, the next chunk (it :meth:`fits`), whose line 1 is line
+        ``line_offset + 1`` here."""

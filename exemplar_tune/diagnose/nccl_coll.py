@@ -37,21 +37,30 @@ once: the histogram is one group's view. The counter holds one entry per emitter
 call of the last :data:`MAX_OPS` calls; a call logged again after that many others (ranks'
 files read one after the other, each longer than that) is counted again, and the summary says
 how many calls were forgotten so.
+
+A job's files may be read in chunks, each by a counter of its own, and the counters folded
+in order (:meth:`CollCounter.merge`): a chunk's calls already counted before it count only
+where the chunk logged them more often. That is exact when no call was forgotten on the way
+(the calls of the chunks together fit the window) and no emitter's run of one opCount goes on
+from one chunk into the next; otherwise :meth:`CollCounter.fits` says why, and the chunk is
+counted after the ones before it instead.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from exemplar_tune.diagnose.base import Occurrences
+from exemplar_tune.diagnose.base import Occurrences, merge_folded, occurrences_merged
 from exemplar_tune.diagnose.normalize import clean_line
 
 MAX_OPS = 1 << 17  # calls matched across ranks at once (see the module docstring)
+MERGE_CALLS = 1 << 18  # calls counted a later chunk notes for its merge (CollCounter.later)
 
 DATATYPES = {  # ncclDataType_t number: (name, bytes per element)
     0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
@@ -234,6 +243,7 @@ class CollCounter:
         self._most: dict[tuple, int] = {}  # call: the most lines one emitter's run logged
         self.sizes: dict[str, dict[int, Occurrences]] = defaultdict(dict)
         self.seen: dict[str, Occurrences] = defaultdict(Occurrences)  # per collective
+        self._later: _Noted | None = None  # a later chunk's calls, for its merge
 
     def feed(self, n: int, line: str) -> None:
         """Read line ``n``: its version, and its call if it is a COLL line. The call is keyed
@@ -250,9 +260,12 @@ class CollCounter:
         name, opcount, count, dtype, root, comm, nranks, grank, host, pid, dev = m.group(
             "name", "opcount", "count", "dtype", "root", "comm", "nranks", "grank", "host",
             "pid", "dev")
-        if self._count((host, pid, dev, grank or rank, comm),
-                       (name, opcount, nranks, count, dtype, root), opcount):
-            self._record(_call(m, n, rank))
+        op = (name, opcount, nranks, count, dtype, root)
+        if self._count((host, pid, dev, grank or rank, comm), op, opcount):
+            call = _call(m, n, rank)
+            self._record(call)
+            if self._later is not None:
+                self._later.note(op, call, self._most[op])
 
     def add(self, call: CollCall) -> bool:
         """Count ``call``; True when it is a call not counted before (not another rank's line
@@ -265,6 +278,8 @@ class CollCounter:
     def _count(self, emitter: tuple, op: tuple, opcount: object) -> bool:
         self.lines += 1
         run = self._runs.get(emitter)
+        if run is None and self._later is not None:
+            self._later.opened[emitter] = opcount
         if run is None or run[0] != opcount:
             run = self._runs[emitter] = (opcount, Counter())
         counts = run[1]
@@ -283,6 +298,62 @@ class CollCounter:
         if call.bytes is not None:
             self.sizes[call.collective].setdefault(call.bytes, Occurrences()).add(call.line)
 
+    def later(self) -> None:
+        """Count a chunk of a job that is not its first: note each emitter's first opCount
+        and each call counted (its line, call and how many times one emitter's run had logged
+        it), at most :data:`MERGE_CALLS`, for :meth:`merge`."""
+        self._later = _Noted()
+
+    def fits(self, other: CollCounter) -> str | None:
+        """``None`` when ``other``, the next chunk counted after :meth:`later`, folds into
+        this counter exactly (:meth:`merge`); else why not."""
+        noted = other._later
+        if noted is None or noted.full:
+            return "the chunk counted more calls than it notes for a merge"
+        if other.forgotten:
+            return f"the chunk's calls overflowed the window of {MAX_OPS} calls"
+        for emitter, opcount in noted.opened.items():
+            run = self._runs.get(emitter)
+            if run is not None and run[0] == opcount:
+                return "an emitter's run of one opCount goes on into the chunk"
+        new = sum(1 for op in other._most if op not in self._most)
+        if len(self._most) + new > MAX_OPS:
+            return f"the calls of the chunks together overflow the window of {MAX_OPS} calls"
+        return None
+
+    def merge(self, other: CollCounter, line_offset: int) -> None:
+        """Fold ``other``, the next chunk counted after :meth:`later` (it :meth:`fits`),
+        whose line 1 is line ``line_offset + 1`` here: its calls this counter counted already
+        count only where the chunk logged them more often (a call counted at the k-th time one
+        emitter's run logged it counts when this counter saw it fewer than k times)."""
+        noted = other._later
+        assert noted is not None
+        self.lines += other.lines
+        self.skipped.update(other.skipped)
+        self.version = self.version or other.version
+        self.forgotten += other.forgotten
+        most = self._most
+        if not any(op in most for op in noted.ops):  # nothing counted twice: as counted
+            self.calls += other.calls
+            for name, seen in other.seen.items():
+                occurrences_merged(self.seen[name], seen, line_offset)
+            for name, sizes in other.sizes.items():
+                merge_folded(self.sizes[name], sizes, line_offset)
+        else:
+            known = [most.get(op, 0) for op in noted.ops]
+            for n, index, nth in zip(noted.lines, noted.which, noted.nth, strict=True):
+                if nth > known[index]:
+                    collective, size = noted.kinds[index]
+                    self.calls += 1
+                    self.seen[collective].add(n + line_offset)
+                    if size is not None:
+                        self.sizes[collective].setdefault(size, Occurrences()).add(
+                            n + line_offset)
+        for op, times in other._most.items():
+            if times > most.get(op, 0):
+                most[op] = times
+        self._runs.update(other._runs)
+
     def message_sizes(self, share: float = 0.9, limit: int = 8) -> dict[str, list[SizeShare]]:
         """Per collective, the sizes that carry ``share`` of its bytes: the fewest, at most
         ``limit``. A size's bytes are calls x size; sizes are ordered by those bytes, largest
@@ -292,6 +363,32 @@ class CollCounter:
         if not 0 < share <= 1 or limit < 1:
             raise ValueError(f"share must be in (0, 1] and limit >= 1, not {share}, {limit}")
         return {coll: _top(sizes, share, limit) for coll, sizes in self.sizes.items()}
+
+
+class _Noted:
+    """What a later chunk's counter notes for its merge: each emitter's first opCount, and
+    per call counted its line, its call (an index into ``ops``; ``kinds``: its collective and
+    size) and how many times one emitter's run had logged it then; at most
+    :data:`MERGE_CALLS` calls (``full`` past that)."""
+
+    def __init__(self) -> None:
+        self.opened: dict[tuple, object] = {}
+        self.ops: dict[tuple, int] = {}
+        self.kinds: list[tuple[str, int | None]] = []
+        self.lines, self.which, self.nth = array("q"), array("q"), array("q")
+        self.full = False
+
+    def note(self, op: tuple, call: CollCall, nth: int) -> None:
+        if self.full or len(self.lines) >= MERGE_CALLS:
+            self.full = True
+            return
+        index = self.ops.get(op)
+        if index is None:
+            index = self.ops[op] = len(self.kinds)
+            self.kinds.append((call.collective, call.bytes))
+        self.lines.append(call.line)
+        self.which.append(index)
+        self.nth.append(nth)
 
 
 def distinct_calls(calls: Iterable[CollCall]) -> list[CollCall]:

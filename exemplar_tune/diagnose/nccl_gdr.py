@@ -17,7 +17,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from exemplar_tune.diagnose.base import FAIL, PASS, WARN, Finding, Occurrences, cite, finding
+from exemplar_tune.diagnose.base import (
+    FAIL,
+    PASS,
+    WARN,
+    Finding,
+    Occurrences,
+    cite,
+    finding,
+    merge_folded,
+    occurrences_merged,
+)
 
 CHECK = "fabric.gpudirect-rdma"
 _HCA = re.compile(r"GPU Direct RDMA(?: \(([^()]{0,40})\))? ([Ee]nabled|[Dd]isabled) for HCA "
@@ -35,7 +45,8 @@ class GdrReader:
 
     def __init__(self) -> None:
         self.hcas: dict[tuple[str, str, str], Occurrences] = {}  # (state, index, name)
-        self.hosts: dict[tuple[str, str, str], set[str]] = {}
+        # the first MAX_HOSTS hosts per state, in the order seen (a dict: ordered, see merge)
+        self.hosts: dict[tuple[str, str, str], dict[str, None]] = {}
         self.pairs: dict[tuple[str, ...], Occurrences] = {}  # (state, gpu, hca, d, op, limit)
         self.level: dict[str, Occurrences] = {}
         self.dmabuf: Occurrences = Occurrences()
@@ -48,9 +59,9 @@ class GdrReader:
             if m := _HCA.search(line):
                 key = (m.group(2).lower(), m.group(3), m.group(4))
                 self.hcas.setdefault(key, Occurrences()).add(n)
-                hosts = self.hosts.setdefault(key, set())
+                hosts = self.hosts.setdefault(key, {})
                 if host and len(hosts) < MAX_HOSTS:
-                    hosts.add(host)
+                    hosts[host] = None
                 if m.group(1):
                     self.means.add(m.group(1))
             elif m := _PAIR.search(line):
@@ -62,6 +73,22 @@ class GdrReader:
             self.dmabuf.add(n)
         elif "GDRDMA" in line and _GDRDMA.search(line):
             self.gdrdma.add(n)
+
+    def merge(self, other: GdrReader, line_offset: int) -> None:
+        """Fold ``other``, the reading of the lines after these (numbered from 1 there,
+        ``line_offset`` on here): what feeding this reader those lines too would hold."""
+        merge_folded(self.hcas, other.hcas, line_offset)
+        for key, hosts in other.hosts.items():
+            mine = self.hosts.setdefault(key, {})
+            for host in hosts:  # the first ones seen, in order: as many as fit
+                if len(mine) >= MAX_HOSTS:
+                    break
+                mine[host] = None
+        merge_folded(self.pairs, other.pairs, line_offset)
+        merge_folded(self.level, other.level, line_offset)
+        occurrences_merged(self.dmabuf, other.dmabuf, line_offset)
+        occurrences_merged(self.gdrdma, other.gdrdma, line_offset)
+        self.means |= other.means
 
     def summary(self) -> dict[str, Any]:
         """The HCAs by state, the pairs, the forced level, DMA-BUF and GDRDMA connections."""

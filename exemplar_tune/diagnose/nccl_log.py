@@ -44,6 +44,7 @@ from exemplar_tune.diagnose.base import (
     Report,
     cite,
     finding,
+    merge_folded,
     numbered,
     read_all,
 )
@@ -147,6 +148,26 @@ class LogReader:
             for event, rx in _EVENTS:
                 if m := rx.search(line):
                     self.events.setdefault((event, m.groups()), Occurrences()).add(n)
+
+
+    def merge(self, other: LogReader, line_offset: int) -> None:
+        """Fold ``other``, the reading of the lines after these (numbered from 1 there,
+        ``line_offset`` on here): what feeding this reader those lines too would hold (the
+        first version and address kept, the last affinity per GPU taken)."""
+        merge_folded(self.events, other.events, line_offset)
+        for key, value in other.affinity.items():
+            self.affinity[key] = {**value, "line": value["line"] + line_offset}
+        self.version = self.version or other.version
+        self.lines += other.lines
+        self.warn += other.warn
+        self.ranks |= other.ranks
+        self.hosts |= other.hosts
+        self.transports |= other.transports
+        for purpose, names in other.interfaces.items():
+            merge_folded(self.interfaces.setdefault(purpose, {}), names, line_offset)
+        for name, address in other.addresses.items():
+            self.addresses.setdefault(name, address)
+        self.gdr.merge(other.gdr, line_offset)
 
 
 def parse_log(text: str) -> LogReader:
@@ -290,6 +311,25 @@ class NcclLogReader:
         self.log.feed(n, line, source)
         self.coll.feed(n, line)
         self.problems.feed(n, line, source)
+
+    # a job read in chunks (:class:`~.base.ChunkReader`): only the COLL counter's matching
+    # of calls across ranks depends on what came before
+    def later(self) -> None:
+        self.coll.later()
+
+    def seal(self) -> None:
+        """Nothing to do: the state travels as it is."""
+
+    def reopen(self) -> None:
+        """Nothing to do: lines are fed as usual."""
+
+    def fits(self, other: NcclLogReader) -> str | None:
+        return self.coll.fits(other.coll)
+
+    def merge(self, other: NcclLogReader, line_offset: int) -> None:
+        self.log.merge(other.log, line_offset)
+        self.coll.merge(other.coll, line_offset)
+        self.problems.merge(other.problems, line_offset)
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
         log, coll, source = self.log, self.coll, self.source

@@ -185,6 +185,19 @@ class RunFacts:
         elif self.launched is None and "_perf" in line:
             self.launched = launched_ranks(line)
 
+    def merge(self, other: RunFacts) -> None:
+        """Fold ``other``, the facts of the lines after these: what feeding this reader those
+        lines too would hold (the first host per rank and launcher count kept)."""
+        for rank, host in other.listed.items():
+            self.listed.setdefault(rank, host)
+        self.preambles += other.preambles
+        self.zeros += other.zeros
+        if other.nranks is not None:
+            self.nranks = max(self.nranks or 0, other.nranks)
+        if self.launched is None:
+            self.launched = other.launched
+        self.source_hosts |= other.source_hosts
+
     @property
     def runs(self) -> int | None:
         """How many runs printed a preamble: ``# nThread`` lines or ``# Rank 0`` lines."""
@@ -233,6 +246,26 @@ class NcclTestsReader:
         self.facts.feed(line, source)
         self.log.feed(n, line, source)
         self.problems.feed(n, line, source)
+
+    # a job read in chunks (:class:`~.base.ChunkReader`): only the tables depend on what came
+    # before (the header, the collective's name, the rank count, a table still open)
+    def later(self) -> None:
+        self.tables.later()
+
+    def seal(self) -> None:
+        """Nothing to do: the state travels as it is."""
+
+    def reopen(self) -> None:
+        """Nothing to do: lines are fed as usual."""
+
+    def fits(self, other: NcclTestsReader) -> str | None:
+        return self.tables.fits(other.tables)
+
+    def merge(self, other: NcclTestsReader, line_offset: int) -> None:
+        self.tables.merge(other.tables, line_offset)
+        self.facts.merge(other.facts)
+        self.log.merge(other.log, line_offset)
+        self.problems.merge(other.problems, line_offset)
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
         source = self.source

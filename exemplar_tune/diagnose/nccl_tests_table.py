@@ -26,7 +26,9 @@ columns of the current default layout.
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from exemplar_tune.diagnose.base import KEEP_LINES, numbered, to_float
@@ -250,6 +252,7 @@ class TableReader:
         self._name = ""
         self._names: list[str] | None = None
         self._open = False
+        self._lead: Lead | None = None  # a later chunk: what its lines before a table read
 
     def feed(self, n: int, line: str) -> None:
         self.scale.feed(line)
@@ -257,24 +260,49 @@ class TableReader:
             self._name = collective(m.group(1) or m.group(2))
             if self.tests and "concluded" in line:
                 self.tests[-1]["collective"] = self._name
+                if self._lead is not None and self.count == 1:
+                    self._lead.renamed = True  # the chunk's first table: its name is this
+            elif self._lead is not None and "concluded" in line:
+                self._lead.concluded = self._name  # the table before the chunk's
+            if self._lead is not None:
+                self._lead.named = True
         if line.startswith("#"):  # a header or a footer
             if "busbw" in line and (header := header_names(line)):
                 self._names, self._open = header, True
                 self._start(_table(self._name, n, True))
-            elif self.tests and "Avg bus" in line and (m := AVG.match(line)):
-                self.tests[-1]["avg_busbw"] = float(m.group(1))
-                self._open = False
-            elif self.tests and "Out of bounds" in line and (m := OOB.match(line)):
-                self.tests[-1]["out_of_bounds"] = int(m.group(1))
-        elif (line[:1].isspace() or line[:1].isdigit()) and (row := _row_of(self._names, line)):
-            if not self._open:
-                self._start(_table(self._name, n, self._names is not None))
-                self._open = True
-            self.tests[-1]["rows"].append({**row, "line": n})
+            elif "Avg bus" in line and (m := AVG.match(line)):
+                if self.tests:
+                    self.tests[-1]["avg_busbw"] = float(m.group(1))
+                    self._open = False
+                elif self._lead is not None:
+                    self._lead.avg, self._lead.closed = float(m.group(1)), True
+            elif "Out of bounds" in line and (m := OOB.match(line)):
+                if self.tests:
+                    self.tests[-1]["out_of_bounds"] = int(m.group(1))
+                elif self._lead is not None:
+                    self._lead.oob = int(m.group(1))
+        elif line[:1].isspace() or line[:1].isdigit():
+            row = _row_of(self._names, line)
+            if self._lead is not None and self._names is None and not self._lead.tried:
+                tokens = line.split()  # a row without a header: an earlier one may read it
+                self._lead.tried = bool(tokens) and tokens[0].isdigit()
+            if row:
+                if not self._open:
+                    self._start(_table(self._name, n, self._names is not None))
+                    self._open = True
+                self.tests[-1]["rows"].append({**row, "line": n})
 
     def _start(self, table: dict[str, Any]) -> None:
         self.count += 1
+        lead = self._lead
+        first = lead is not None and lead.take is None  # this chunk's first table
+        if lead is not None and first:
+            scale = self.scale
+            lead.take = (bool(scale.ranks), scale.nranks, scale.launched)
+            lead.named_first, lead.header_first = lead.named, table["header"]
         table["ranks"], table["hosts"] = self.scale.take()
+        if lead is not None and first:
+            lead.result = (table["ranks"], table["hosts"])
         if self.fold and self.tests:
             self._fold(self.tests.pop())
         self.tests.append(table)
@@ -288,6 +316,79 @@ class TableReader:
         else:
             self.runs[key] = Runs(table)
 
+    def later(self) -> None:
+        """Read a chunk of a job that is not its first: note what its lines before its first
+        table read of the state a chunk before may leave (the collective's name, the header,
+        an open table, the rank count seen), for :meth:`fits` and :meth:`merge`."""
+        self._lead = Lead()
+
+    def fits(self, other: TableReader) -> str | None:
+        """``None`` when ``other``, the next chunk read after :meth:`later`, folds into this
+        reader exactly (:meth:`merge`); else why not."""
+        lead = other._lead
+        if lead is None or not self.fold or not other.fold:
+            return "not a folding reader of a later chunk"
+        if lead.tried and self._names is not None:
+            return "rows before the chunk's first header would be read by an earlier header"
+        if lead.take is None:
+            return None
+        if not lead.named_first and not lead.renamed and self._name:
+            return "the chunk's first table is named by a line before it"
+        if not lead.header_first and self._open and not lead.closed:
+            return "the chunk's first rows go on the table open before it"
+        scale = self.scale
+        had_ranks, nranks, launched = lead.take
+        if scale.ranks:
+            return "'# Rank' lines after the last table before the chunk"
+        if not had_ranks:
+            count = max(scale.nranks or 0, nranks or 0) or None
+            launch = launched or scale.launched
+            expected = (count or launch, None) if count or launch else scale.last
+            if expected != lead.result:
+                return "the rank count of the chunk's first table is read before it"
+        return None
+
+    def merge(self, other: TableReader, line_offset: int) -> None:
+        """Fold ``other``, the next chunk read after :meth:`later` (it :meth:`fits`), whose
+        line 1 is line ``line_offset + 1`` here: the footer and name lines it read before its
+        first table close and name the last one before it, then its tables follow (runs of one
+        test folded, :meth:`Runs.merge`). ``other`` is used up."""
+        lead = other._lead
+        assert lead is not None
+        if self.tests:
+            last = self.tests[-1]
+            if lead.concluded is not None:
+                last["collective"] = lead.concluded
+            if lead.avg is not None:
+                last["avg_busbw"] = lead.avg
+            if lead.oob is not None:
+                last["out_of_bounds"] = lead.oob
+            if lead.closed:
+                self._open = False
+        self.count += other.count
+        if lead.take is not None:  # it started a table: the one open before is folded
+            if self.tests:
+                self._fold(self.tests.pop())
+            for key, runs in other.runs.items():
+                if key in self.runs:
+                    self.runs[key].merge(runs, line_offset)
+                else:
+                    runs.shift(line_offset)
+                    self.runs[key] = runs
+            self.tests = [_shifted(t, line_offset) for t in other.tests]
+            self._open = other._open
+            self.scale = other.scale
+        else:
+            for rank, host in other.scale.ranks.items():
+                self.scale.ranks.setdefault(rank, host)
+            if other.scale.nranks is not None:
+                self.scale.nranks = max(self.scale.nranks or 0, other.scale.nranks)
+            self.scale.launched = other.scale.launched or self.scale.launched
+        if lead.named:  # the last name any line gave
+            self._name = other._name
+        if other._names is not None:
+            self._names = other._names
+
     def tables(self) -> list[dict[str, Any]]:
         """Every table read (folding: one per distinct table, its runs folded), in order."""
         if not self.fold:
@@ -297,6 +398,57 @@ class TableReader:
         while self.tests:
             self._fold(self.tests.pop())
         return [runs.table() for runs in self.runs.values()]
+
+
+@dataclass
+class Lead:
+    """What a later chunk's lines before its first table read (:meth:`TableReader.later`):
+    whether they named the collective (``named``; ``named_first``: before the first table;
+    ``renamed``: the first table by its own ``concluded`` line), the last ``concluded`` name,
+    average and out-of-bounds footer seen before the first table (they belong to the table
+    before the chunk; ``closed``: a footer closed it), whether a line led by a number was
+    tried as a row without a header (``tried``), how the first table started
+    (``header_first``) and its rank count: what was pending then (``take``: '# Rank' lines
+    seen, ``nranks``, launcher count) and what it read (``result``)."""
+
+    named: bool = False
+    named_first: bool = False
+    renamed: bool = False
+    concluded: str | None = None
+    avg: float | None = None
+    oob: int | None = None
+    closed: bool = False
+    tried: bool = False
+    header_first: bool = False
+    take: tuple[bool, int | None, int | None] | None = None
+    result: tuple[int | None, int | None] | None = None
+
+
+def _shifted(table: dict[str, Any], line_offset: int) -> dict[str, Any]:
+    """``table`` (changed in place) with its line numbers ``line_offset`` on."""
+    table["line"] += line_offset
+    for row in table["rows"]:
+        row["line"] += line_offset
+    if "interleaved" in table:
+        table["interleaved"] = [n + line_offset for n in table["interleaved"]]
+    return table
+
+
+def _add(partials: list[float], value: float) -> None:
+    """Add ``value`` to a sum held exactly as non-overlapping floats (Shewchuk's, as
+    :func:`math.fsum` keeps it): ``math.fsum(partials)`` is the sum correctly rounded, in
+    whatever order the values came (runs read apart and folded give the same mean)."""
+    i = 0
+    for other in partials:
+        if abs(value) < abs(other):
+            value, other = other, value
+        high = value + other
+        low = other - (high - value)
+        if low:
+            partials[i] = low
+            i += 1
+        value = high
+    partials[i:] = [value]
 
 
 def _either(a: bool | None, b: bool | None) -> bool | None:
@@ -312,10 +464,13 @@ class Runs:
         self.first = table
         self.count = 1
         self.lines = [table["line"]]
-        self.busbw = [[r["busbw"] or 0.0] * 3 for r in table["rows"]]  # sum, least, most
+        self.busbw: list[list[Any]] = []  # per row: the sum (exact), the least, the most
+        for row in table["rows"]:
+            value = row["busbw"] or 0.0
+            self.busbw.append([[value], value, value])
         self.wrong = [r["wrong_result"] for r in table["rows"]]
         avg = table["avg_busbw"]
-        self.avg_sum, self.avg_runs = (avg, 1) if avg is not None else (0.0, 0)
+        self.avg_sum, self.avg_runs = ([avg], 1) if avg is not None else ([], 0)
         self.out_of_bounds = table["out_of_bounds"]
         self.interleaved = list(table["interleaved"])
 
@@ -325,15 +480,41 @@ class Runs:
             self.lines.append(table["line"])
         for stats, row in zip(self.busbw, table["rows"], strict=True):
             value = row["busbw"] or 0.0
-            stats[0] += value
+            _add(stats[0], value)
             stats[1], stats[2] = min(stats[1], value), max(stats[2], value)
         self.wrong = [_either(a, row["wrong_result"])
                       for a, row in zip(self.wrong, table["rows"], strict=True)]
         if table["avg_busbw"] is not None:
-            self.avg_sum, self.avg_runs = self.avg_sum + table["avg_busbw"], self.avg_runs + 1
+            _add(self.avg_sum, table["avg_busbw"])
+            self.avg_runs += 1
         if table["out_of_bounds"] is not None:
             self.out_of_bounds = (self.out_of_bounds or 0) + table["out_of_bounds"]
         self.interleaved += table["interleaved"][:max(0, KEEP_LINES - len(self.interleaved))]
+
+    def merge(self, other: Runs, line_offset: int) -> None:
+        """Fold ``other``, runs of the same test read after these (their lines numbered from
+        1 there, ``line_offset`` on here): what :meth:`add` of each of its tables gives."""
+        self.count += other.count
+        room = KEEP_LINES - len(self.lines)
+        self.lines += [n + line_offset for n in other.lines[:max(0, room)]]
+        for stats, (sums, least, most) in zip(self.busbw, other.busbw, strict=True):
+            for value in sums:
+                _add(stats[0], value)
+            stats[1], stats[2] = min(stats[1], least), max(stats[2], most)
+        self.wrong = [_either(a, b) for a, b in zip(self.wrong, other.wrong, strict=True)]
+        for value in other.avg_sum:
+            _add(self.avg_sum, value)
+        self.avg_runs += other.avg_runs
+        if other.out_of_bounds is not None:
+            self.out_of_bounds = (self.out_of_bounds or 0) + other.out_of_bounds
+        room = KEEP_LINES - len(self.interleaved)
+        self.interleaved += [n + line_offset for n in other.interleaved[:max(0, room)]]
+
+    def shift(self, line_offset: int) -> None:
+        """Move every line number held ``line_offset`` on (in place)."""
+        _shifted(self.first, line_offset)
+        self.lines = [n + line_offset for n in self.lines]
+        self.interleaved = [n + line_offset for n in self.interleaved]
 
     def table(self) -> dict[str, Any]:
         """The first table, or with several runs: each row's busbw the mean over the runs
@@ -344,9 +525,9 @@ class Runs:
         rows = []
         for row, (total, least, most), wrong in zip(self.first["rows"], self.busbw, self.wrong,
                                                     strict=True):
-            rows.append({**row, "busbw": round(total / self.count, 3), "busbw_min": least,
-                         "busbw_max": most, "wrong_result": wrong})
-        avg = round(self.avg_sum / self.avg_runs, 3) if self.avg_runs else None
+            rows.append({**row, "busbw": round(math.fsum(total) / self.count, 3),
+                         "busbw_min": least, "busbw_max": most, "wrong_result": wrong})
+        avg = round(math.fsum(self.avg_sum) / self.avg_runs, 3) if self.avg_runs else None
         return {**self.first, "rows": rows, "avg_busbw": avg, "runs": self.count,
                 "run_lines": self.lines, "out_of_bounds": self.out_of_bounds,
                 "interleaved": self.interleaved}

@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from exemplar_tune.diagnose.base import FAIL, WARN, Finding, Occurrences, finding, numbered
+from exemplar_tune.diagnose.base import (
+    FAIL,
+    WARN,
+    Finding,
+    Occurrences,
+    finding,
+    numbered,
+    occurrences_merged,
+    shifted_occurrences,
+)
 from exemplar_tune.diagnose.normalize import natural
 from exemplar_tune.fleet.hostlist import compress
 
@@ -81,7 +90,7 @@ class Problem:
     kind: str = "warn"  # warn (a WARN line), return (an error return traced), raised
     seen: Occurrences = field(default_factory=Occurrences)
     hosts: set[str] = field(default_factory=set)
-    details: set[str] = field(default_factory=set)
+    details: dict[str, None] = field(default_factory=dict)  # the first ones, in order
     example: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,10 +221,28 @@ class ProblemReader:
         if host:
             group.hosts.add(host)
         if detail and len(group.details) < MAX_DETAILS:
-            group.details.add(detail)
+            group.details[detail] = None
 
     def problems(self) -> list[Problem]:
         return list(self.groups.values())
+
+    def merge(self, other: ProblemReader, line_offset: int) -> None:
+        """Fold ``other``, the reading of the lines after these (numbered from 1 there,
+        ``line_offset`` on here): per kind, what feeding this reader those lines too would
+        hold (the first line's text and status kept, the first details seen that fit)."""
+        for label, theirs in other.groups.items():
+            mine = self.groups.get(label)
+            if mine is None:
+                self.groups[label] = replace(theirs, seen=shifted_occurrences(
+                    theirs.seen, line_offset), hosts=set(theirs.hosts),
+                    details=dict(theirs.details))
+                continue
+            occurrences_merged(mine.seen, theirs.seen, line_offset)
+            mine.hosts |= theirs.hosts
+            for detail in theirs.details:
+                if len(mine.details) >= MAX_DETAILS:
+                    break
+                mine.details[detail] = None
 
 
 def parse_problems(text: str) -> list[Problem]:

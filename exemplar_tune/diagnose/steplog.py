@@ -20,6 +20,8 @@ from datetime import datetime
 from itertools import pairwise
 from typing import NamedTuple
 
+import numpy as np
+
 from exemplar_tune.diagnose.base import DiagnoseError
 from exemplar_tune.diagnose.normalize import natural
 
@@ -100,6 +102,11 @@ class Samples:
         """The samples at ``indices``, in that order."""
         return Samples(self[i] for i in indices)
 
+    def shift(self, line_offset: int) -> None:
+        """Move the line numbers held (``lines``, ``sinces``) ``line_offset`` on, in place."""
+        _moved(self.lines, line_offset)
+        _moved(self.sinces, line_offset)
+
     def __len__(self) -> int:
         return len(self.lines)
 
@@ -177,6 +184,33 @@ class Records:
         """The records at ``indices``, in that order."""
         return Records(self[i] for i in indices)
 
+    def merge(self, other: Records, line_offset: int) -> None:
+        """Append ``other``'s records, matched in the lines after these (numbered from 1
+        there, ``line_offset`` on here): what adding each of them gives."""
+        self._extend(other, range(len(other)), line_offset)
+
+    def _extend(self, other: Records, indices: Iterable[int] | range,
+                line_offset: int) -> None:
+        """Append ``other``'s records at ``indices`` (a range: the columns copied whole)."""
+        if isinstance(indices, range) and indices == range(len(other)):
+            lines = array("q", other.lines)
+            _moved(lines, line_offset)
+            self.lines.extend(lines)
+            self.steps.extend(other.steps)
+            self.values.extend(other.values)
+            self.stamps.extend(other.stamps)
+            self.sources.extend(other.sources)
+            self.tags.extend(other.tags)
+        else:
+            for i in indices:
+                self.lines.append(other.lines[i] + line_offset)
+                self.steps.append(other.steps[i])
+                self.values.append(other.values[i])
+                self.stamps.append(other.stamps[i])
+                self.sources.append(other.sources[i])
+                self.tags.append(other.tags[i])
+        self.names |= other.names
+
     def __len__(self) -> int:
         return len(self.lines)
 
@@ -213,6 +247,34 @@ class LowestSource(Records):
                 self.values, self.stamps, self.tags = kept.values, kept.stamps, kept.tags
         if len(self.names) < 2 or source == self.lowest:
             super().add(record)
+
+    def merge(self, other: Records, line_offset: int) -> None:
+        """Fold ``other`` (a :class:`LowestSource` too), the records of the lines after these
+        (numbered from 1 there, ``line_offset`` on here): what adding each of them gives. That
+        is every record while at most one source logs, else the lowest source's."""
+        names = self.names | other.names
+        if len(names) <= 1:
+            super().merge(other, line_offset)
+            self.lowest = next(iter(names), None)
+            return
+        lowest = min(names, key=rank_order)
+        if self.lowest != lowest or len(self.names) < 2:
+            kept = [i for i, name in enumerate(self.sources) if name == lowest]
+            mine = Records()
+            mine._extend(self, kept, 0)
+            self.lines, self.sources, self.steps = mine.lines, mine.sources, mine.steps
+            self.values, self.stamps, self.tags = mine.values, mine.stamps, mine.tags
+        theirs = other.sources
+        self._extend(other, range(len(other)) if all(name == lowest for name in theirs)
+                     else [i for i, name in enumerate(theirs) if name == lowest], line_offset)
+        self.names, self.lowest = names, lowest
+
+
+def _moved(numbers: array, line_offset: int) -> None:
+    """Line numbers (``-1`` for none) ``line_offset`` on, in place."""
+    if line_offset and len(numbers):
+        view = np.frombuffer(numbers, dtype=np.int64)
+        view[view >= 0] += line_offset
 
 
 def rank_order(name: str) -> tuple[tuple, str]:

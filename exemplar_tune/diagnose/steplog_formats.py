@@ -160,14 +160,26 @@ class Context:
             self.batch = step_of(m.group(1))
         self.events += events_of(line)
 
+    def merge(self, other: Context, line_offset: int) -> None:
+        """Fold ``other``, the context of the lines after these (numbered from 1 there,
+        ``line_offset`` on here): the first setting of each kind kept, the events added."""
+        self.interval = self.interval if self.interval is not None else other.interval
+        self.seq_len = self.seq_len if self.seq_len is not None else other.seq_len
+        self.batch = self.batch if self.batch is not None else other.batch
+        self.events += [(n + line_offset, why) for n, why in other.events]
+
 
 class Family(Protocol):
     """A framework family's reader: fed a log's lines in order, it keeps the records it
-    matched (never the lines), then reads its series (``None`` when it saw none of its own)."""
+    matched (never the lines), then reads its series (``None`` when it saw none of its own).
+    ``merge`` folds the reading of the lines that follow (numbered from 1 there, the offset
+    on here) into what feeding them gives (see :meth:`StepLines.merge`)."""
 
     def feed(self, line: Line) -> None: ...
 
     def series(self, context: Context) -> Series | None: ...
+
+    def merge(self, other: Family, line_offset: int) -> None: ...
 
 
 class StepLines:
@@ -186,6 +198,31 @@ class StepLines:
             except (ValueError, OverflowError):  # a number too long to be one: not a reading
                 continue  # (over 4300 digits for int(), over 2**63 for an array of steps)
         self.last = line.n
+
+    def later(self) -> None:
+        """Read lines that follow others read apart: what they read of the state those leave
+        is noted (a progress bar after the last timed HF Trainer dict) for :meth:`merge`."""
+        for family in self.families:
+            if isinstance(family, HfTrainer):
+                family.lead = array("q", [-1])
+
+    def carried(self) -> str | None:
+        """What of this reading the next lines would read that a reading of them apart
+        cannot take into account, if anything: a Megatron record that may go on."""
+        for family in self.families:
+            if isinstance(family, Megatron) and family._held:
+                return "a Megatron record at the chunk's end may go on over the next lines"
+        return None
+
+    def merge(self, other: StepLines, line_offset: int) -> None:
+        """Fold ``other``, the reading of the lines after these (numbered from 1 there,
+        ``line_offset`` on here, read after :meth:`later`; nothing :meth:`carried`): what
+        feeding this reading those lines too gives. ``other`` is used up."""
+        self.context.merge(other.context, line_offset)
+        for mine, theirs in zip(self.families, other.families, strict=True):
+            mine.merge(theirs, line_offset)
+        if other.last:
+            self.last = other.last + line_offset
 
     def series(self) -> Series:
         """The first family's series with samples; ``NoTiming`` naming why when none has."""
@@ -270,6 +307,22 @@ class Megatron:
         self._held: list[Line] = []  # a record that may wrap, and the lines after it
         self._it: re.Match[str] | None = None  # the held record's iteration
 
+    def __getstate__(self) -> dict:
+        """The state without the held record's match (it does not pickle: found again)."""
+        return {**self.__dict__, "_it": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._held:
+            self._it = _MEG_ITER.search(self._held[0].text)
+
+    def merge(self, other: Megatron, line_offset: int) -> None:
+        """Fold the reading of the lines after these (nothing held here at their start)."""
+        self.records.merge(other.records, line_offset)
+        self.units |= other.units
+        self._held = [replace(line, n=line.n + line_offset) for line in other._held]
+        self._it = other._it
+
     def feed(self, line: Line) -> None:
         held, text = self._held, line.text
         it = _MEG_ITER.search(text) if "iteration" in text else None
@@ -334,6 +387,9 @@ class Nemo:
     def __init__(self) -> None:
         self.records = Records()
 
+    def merge(self, other: Nemo, line_offset: int) -> None:
+        self.records.merge(other.records, line_offset)
+
     def feed(self, line: Line) -> None:
         m = _NEMO.search(line.text) if "train_step_timing" in line.text else None
         if m:
@@ -363,6 +419,9 @@ class StepTime:
     def __init__(self) -> None:
         self.records = Records()  # the unit written, if any, as the tag
 
+    def merge(self, other: StepTime, line_offset: int) -> None:
+        self.records.merge(other.records, line_offset)
+
     def feed(self, line: Line) -> None:
         m = _STEP_TIME.search(line.text) if "step_time" in line.text else None
         if m:
@@ -385,6 +444,10 @@ class Litgpt:
     def __init__(self) -> None:
         self.records = LowestSource()
         self.units: set[str] = set()
+
+    def merge(self, other: Litgpt, line_offset: int) -> None:
+        self.records.merge(other.records, line_offset)
+        self.units |= other.units
 
     def feed(self, line: Line) -> None:
         m = _LITGPT.search(line.text) if "iter time:" in line.text else None
@@ -417,12 +480,19 @@ class Torchtitan:
     def __init__(self) -> None:
         self.records = LowestSource()
         self.rate_name = "tps"
+        self.rated = False  # a metric line named its rate
+
+    def merge(self, other: Torchtitan, line_offset: int) -> None:
+        self.records.merge(other.records, line_offset)
+        if other.rated:
+            self.rate_name, self.rated = other.rate_name, True
 
     def feed(self, line: Line) -> None:
         m = _TITAN.search(line.text) if "loss:" in line.text else None
         if m:
             rate = _TITAN_RATE.search(line.text)
-            self.rate_name = rate.group(1) if rate else self.rate_name
+            if rate:
+                self.rate_name, self.rated = rate.group(1), True
             self.records.add(Record(line.n, line.source, int(m.group(1)),
                                     number(rate.group(2)) if rate else None, stamp(line)))
 
@@ -476,6 +546,10 @@ class Deepspeed:
     def __init__(self) -> None:
         self.steps, self.timers = LowestSource(), LowestSource()
 
+    def merge(self, other: Deepspeed, line_offset: int) -> None:
+        self.steps.merge(other.steps, line_offset)
+        self.timers.merge(other.timers, line_offset)
+
     def feed(self, line: Line) -> None:
         text = line.text
         if "] step=" in text and (m := _DS_STEP.search(text)):
@@ -517,6 +591,18 @@ class HfTrainer:
         self.summary: dict | None = None  # the first dict with a train_runtime
         self.header = False
         self.unreadable = 0  # loss dicts whose train_runtime is not a number
+        # lines read after others (StepLines.later): the highest progress-bar count before
+        # the first timed dict, which belongs to the timed dict before these lines
+        self.lead: array | None = None
+
+    def merge(self, other: HfTrainer, line_offset: int) -> None:
+        if self.timed and other.lead is not None:
+            self.timed.steps[-1] = max(self.timed.steps[-1], other.lead[0])
+        self.timed.merge(other.timed, line_offset)
+        self.dicts += other.dicts
+        self.summary = self.summary or other.summary
+        self.header = self.header or other.header
+        self.unreadable += other.unreadable
 
     def feed(self, line: Line) -> None:
         text = line.text
@@ -529,6 +615,9 @@ class HfTrainer:
         if timed and timed.lines[-1] < line.n and "[" in text:
             for m in _BAR.finditer(text):
                 timed.steps[-1] = max(timed.steps[-1], int(m.group("n")))
+        elif not timed and self.lead is not None and "[" in text:
+            for m in _BAR.finditer(text):
+                self.lead[0] = max(self.lead[0], int(m.group("n")))
 
     def _dict(self, line: Line, value: dict | None) -> None:
         if value is None or ("loss" not in value and "train_runtime" not in value):
@@ -602,6 +691,10 @@ class Tqdm:
         self.states = Records()  # elapsed s as the stamp; the rate shown, its unit as the tag
         self.totals: list[str | None] = []
 
+    def merge(self, other: Tqdm, line_offset: int) -> None:
+        self.states.merge(other.states, line_offset)
+        self.totals += other.totals
+
     def feed(self, line: Line) -> None:
         if "[" not in line.raw:
             return
@@ -671,6 +764,11 @@ class Plain:
     def __init__(self) -> None:
         self.records = Records()
         self.other = False  # a written line that is not a number
+
+    def merge(self, other: Plain, line_offset: int) -> None:
+        if not self.other:  # numbers count up to the first line that is not one
+            self.records.merge(other.records, line_offset)
+        self.other = self.other or other.other
 
     def feed(self, line: Line) -> None:
         text = line.text

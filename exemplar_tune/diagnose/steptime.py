@@ -42,6 +42,7 @@ into one series. The rules, with the figures they use (the constants below):
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from collections import Counter
@@ -397,22 +398,73 @@ class StepReader:
     def __init__(self, source: str, expectations: dict[str, Any]) -> None:
         self.source, self.expectations = source, expectations
         self.log = StepLines()
-        self.ranks = slow_ranks.RankLines(self.log)
+        self.ranks: slow_ranks.RankLines | RankPart = slow_ranks.RankLines(self.log)
         self._follow = 0
         self._other = False
+        self._met: bool | None = None  # a later chunk: whether it met a line of anything else
+        self._opening: list[tuple[bool, bool]] | None = None  # a later chunk's first lines
+        self._part: RankPart | None = None  # the ranks read apart, while lines are fed here
 
     def feed(self, n: int, line: str, source: str | None, raw: str) -> None:
+        if self._opening is not None and len(self._opening) < 2:
+            self._opening.append((wanted(line, raw), wraps(line)))
         if wanted(line, raw):
             self._follow = 2 if wraps(line) else max(self._follow - 1, 0)
         elif self._follow:
             self._follow -= 1
         elif self._other or not line.strip() or line.lstrip().startswith("#"):
+            if self._met is False and self._other and line.strip() and \
+                    not line.lstrip().startswith("#"):
+                self._met = True  # the first other line of the job, unless one came before
             return
         else:
             self._other = True
         kept = Line(n, line, raw, source)
         self.ranks.feed(kept)  # first: it may copy the whole log's reading so far
         self.log.feed(kept)
+
+    # a job read in chunks (:class:`~.base.ChunkReader`). A later chunk assumes that a line
+    # of anything else came before it (as in every real log) and notes whether it met one;
+    # each chunk's ranks are read into their series where the chunk was read (:class:`RankPart`)
+    def later(self) -> None:
+        self._other, self._met, self._opening = True, False, []
+        self.log.later()
+
+    def seal(self) -> None:
+        """Each rank's series read (:class:`RankPart`), folded into the ranks before."""
+        if isinstance(self.ranks, RankPart):
+            return
+        part = RankPart.of(self.ranks)
+        if self._part is not None:
+            self._part.merge(part, 0)
+            part, self._part = self._part, None
+        self.ranks = part
+
+    def reopen(self) -> None:
+        """Lines are fed here again: a chunk's ranks read apart from those before."""
+        assert isinstance(self.ranks, RankPart)
+        self._part = self.ranks
+        self.ranks = slow_ranks.RankLines(self.log)
+        self.ranks.whole = None  # sources seen before: every source is read on its own
+
+    def fits(self, other: StepReader) -> str | None:
+        if self._follow and _diverges(self._follow, other._opening or []):
+            return "the lines after a Megatron record at the chunk's end are read with it"
+        if (why := self.log.carried()) is not None:
+            return why
+        if not self._other and other._met:
+            return "no line of anything else came before the chunk's first one"
+        assert isinstance(self.ranks, RankPart) and isinstance(other.ranks, RankPart)
+        if set(self.ranks.seen) & set(other.ranks.seen):
+            return "a source logs in two chunks"
+        return None
+
+    def merge(self, other: StepReader, line_offset: int) -> None:
+        assert isinstance(self.ranks, RankPart) and isinstance(other.ranks, RankPart)
+        self.log.merge(other.log, line_offset)
+        self.ranks.merge(other.ranks, line_offset)
+        self._follow = other._follow
+        self._other = self._other or bool(other._met)
 
     def report(self, files: tuple[tuple[str, int], ...]) -> Report:
         """The step-time report; ``DiagnoseError`` (one line) when it cannot be made."""
@@ -425,6 +477,69 @@ class StepReader:
         report = report_of(series, self.source, self.expectations)
         ranks = slow_ranks.judge(self.source, times, files)
         return replace(report, findings=[*report.findings, ranks]) if ranks else report
+
+
+def _diverges(follow: int, opening: list[tuple[bool, bool]]) -> bool:
+    """Whether a chunk's first lines (``opening``: wanted, wraps) are fed otherwise when the
+    lines before leave ``follow`` lines to feed after a Megatron record than when none."""
+    before, alone = follow, 0
+    for is_wanted, wrapping in opening:
+        if before == alone:
+            return False
+        if not is_wanted:  # fed after the record, not alone
+            return True
+        before = 2 if wrapping else max(before - 1, 0)
+        alone = 2 if wrapping else max(alone - 1, 0)
+    return before != alone
+
+
+class RankPart:
+    """The ranks of a chunk of a job, read: the sources in the order they first logged (at
+    most :data:`~.slow_ranks.MAX_RANKS`), and the series of step times of those that have one
+    (rates and unreadable sources left out), as :meth:`~.slow_ranks.RankLines.times` reads
+    them. Parts of a job's chunks fold in order (:meth:`merge`); :meth:`times` is then what
+    reading the chunks' lines in one :class:`~.slow_ranks.RankLines` gives."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.samples: dict[str, Samples] = {}
+
+    @classmethod
+    def of(cls, lines: slow_ranks.RankLines) -> RankPart:
+        """Each source's series, read from its lines; the whole reading is the one source's
+        while every line came from it."""
+        ranks = lines.ranks
+        if lines.whole is not None and lines.solo is not None:
+            ranks = {lines.solo: copy.deepcopy(lines.whole)}
+        part = cls()
+        part.seen = list(ranks)
+        for source, log in ranks.items():
+            try:
+                series = log.series()
+            except NoTiming:
+                continue
+            if not series.rate and series.samples:
+                part.samples[source] = series.samples
+        return part
+
+    def merge(self, other: RankPart, line_offset: int) -> None:
+        """Fold the part of the next chunk (its lines numbered from 1 there, ``line_offset``
+        on here): its sources after these, as many as :data:`~.slow_ranks.MAX_RANKS` leaves."""
+        for source in other.seen[:max(0, slow_ranks.MAX_RANKS - len(self.seen))]:
+            self.seen.append(source)
+            if (samples := other.samples.get(source)) is not None:
+                samples.shift(line_offset)
+                self.samples[source] = samples
+
+    def times(self) -> slow_ranks.RankTimes:
+        """Every rank's step times in rank order (:class:`~.slow_ranks.RankTimes`); none for
+        one source: nothing to compare."""
+        out = slow_ranks.RankTimes()
+        if len(self.seen) < 2:
+            return out
+        for source in sorted(self.samples):
+            out.add(source, self.samples.pop(source))
+        return out
 
 
 def analyze(text: str, source: str, expectations: dict[str, Any]) -> Report:

@@ -10,13 +10,18 @@ per prefix kind and noise, the set of sources, and each file's first line number
 The bound is the number of bytes read (``max_bytes``), which the user can raise: a
 ``UserError`` names it when a job's input holds more. A long read says how far it got on stderr
 every :data:`~exemplar_tune.progress.HEARTBEAT_S` seconds.
+
+A job's files may be read in chunks, each by a stream of its own (:mod:`.parallel`): a chunk's
+stream numbers its lines from 1 (or on from ``start_line``), and what it read is added to the
+job's in order (:meth:`LineStream.tally`, :meth:`LineStream.add`), its lines numbered on.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import chain
 
 from exemplar_tune.diagnose.normalize import CleanText, LineCleaner, described
@@ -35,17 +40,20 @@ class LineStream:
     as it is read."""
 
     def __init__(self, inputs: Iterable[tuple[str | None, Iterable[bytes | str]]],
-                 max_bytes: int, what: str = "the input") -> None:
+                 max_bytes: int, what: str = "the input", start_line: int = 0,
+                 start_bytes: int = 0) -> None:
         self.inputs = inputs
         self.max_bytes = max_bytes
         self.what = what
-        self.read = 0  # bytes
-        self.count = 0  # lines
+        self.read = self._read_before = start_bytes  # bytes (of the job, with those before)
+        self.count = self._lines_before = start_line  # lines
         self.files: list[tuple[str, int]] = []
         self.stripped: Counter[str] = Counter()
         self.noise: Counter[str] = Counter()
         self.sources: set[str] = set()
-        self._next_check = CHECK_EVERY
+        # called instead of the progress line at each check (a chunk's stream: its bytes read)
+        self.checked: Callable[[int], None] | None = None
+        self._next_check = start_bytes + CHECK_EVERY
         self._started = self._said = time.monotonic()
 
     def __iter__(self) -> Iterator[Line]:
@@ -82,8 +90,7 @@ class LineStream:
         for line in lines:
             self.read += len(line)
             if self.read > self.max_bytes:
-                raise UserError(f"{self.what}: more than {size_text(self.max_bytes)} to read; "
-                                "--max-input raises the bound")
+                raise bound_error(self.what, self.max_bytes)
             if self.read > self._next_check:
                 self._heartbeat()
             text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
@@ -96,15 +103,36 @@ class LineStream:
         """A progress line every :data:`~exemplar_tune.progress.HEARTBEAT_S` seconds of a
         long read (checked every :data:`CHECK_EVERY` bytes), so it never looks hung."""
         self._next_check = self.read + CHECK_EVERY
+        if self.checked is not None:
+            self.checked(self.read - self._read_before)
+            return
         now = time.monotonic()
         if now - self._said >= HEARTBEAT_S:
             self._said = now
-            rate = self.read / (now - self._started) / (1 << 20)
+            rate = (self.read - self._read_before) / (now - self._started) / (1 << 20)
             say(f"diagnose: {self.what}: {size_text(self.read)} read ({rate:.0f} MiB/s)")
 
+    def tally(self) -> Tally:
+        """What this stream read, its lines numbered from its own first (:class:`Tally`)."""
+        before = self._lines_before
+        return Tally(self.count - before, self.read - self._read_before,
+                     [(name, first - before) for name, first in self.files],
+                     Counter(self.stripped), Counter(self.noise), set(self.sources))
+
+    def add(self, tally: Tally) -> None:
+        """Count what another stream read after this one's lines (a chunk of the job): its
+        files numbered on from here; its bytes added to the bound's count."""
+        self.files += [(name, first + self.count) for name, first in tally.files]
+        self.count += tally.lines
+        self.read += tally.bytes
+        self.stripped.update(tally.stripped)
+        self.noise.update(tally.noise)
+        self.sources |= tally.sources
+
     def described(self) -> dict[str, object]:
-        """What a report says about the input: prefixes and noise removed, sources seen."""
-        return described(self.stripped, self.noise, self.sources)
+        """What a report says about the input: prefixes and noise removed (the prefixes by
+        name: a line with several counts them in no set order), sources seen."""
+        return described(dict(sorted(self.stripped.items())), self.noise, self.sources)
 
     def text(self, lines: list[Line]) -> CleanText:
         """``lines`` (read from this stream) as one :class:`~.normalize.CleanText`."""
@@ -114,6 +142,25 @@ class LineStream:
         clean.stripped, clean.noise = dict(self.stripped), dict(self.noise)
         clean.files = tuple(self.files)
         return clean
+
+
+@dataclass
+class Tally:
+    """What a stream read: its lines and bytes, its files with their first line (counted
+    from the stream's own first), the prefixes and noise removed, the sources seen."""
+
+    lines: int = 0
+    bytes: int = 0
+    files: list[tuple[str, int]] = field(default_factory=list)
+    stripped: Counter[str] = field(default_factory=Counter)
+    noise: Counter[str] = field(default_factory=Counter)
+    sources: set[str] = field(default_factory=set)
+
+
+def bound_error(what: str, max_bytes: int) -> UserError:
+    """The error of an input (``what``) that holds more than ``max_bytes`` to read."""
+    return UserError(f"{what}: more than {size_text(max_bytes)} to read; --max-input raises "
+                     "the bound")
 
 
 def size_text(n: int) -> str:
