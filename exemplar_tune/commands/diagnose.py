@@ -43,7 +43,8 @@ nvidia-smi -q text (whole or in part, as pasted into a ticket) and -q -x XML,
 nsys stats reports (text, --format csv) and nsys SQLite exports (--type sqlite).
 Every finding names the layer and the preflight check it bears on. A log holding several
 ranks' lines (launcher prefixes: srun --label, torchrun, OpenMPI, Ray, 'HOST: ') is also read
-rank by rank: workload.slow-ranks names the ranks that log slower steps again and again.
+rank by rank: workload.slow-ranks names the ranks that log slower steps again and again,
+or a little slower throughout, and those that turn slow mid-job (from which iteration).
 --ranks reads a job's files (one per rank or host, or their directory) together, each file's
 name standing for its rank, in --jobs worker processes (contiguous chunks of the files, their
 readings merged into the report one process gives). gzip and zstd files are read directly

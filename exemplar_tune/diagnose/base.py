@@ -28,7 +28,8 @@ SIGNAL_CHECKS = {  # judged from captured signals only; the other ids are prefli
                               "container bridges, veth pairs, overlays or tunnels",
     "workload.step-time-stability": "Step times are steady: not bimodal, low CV and p99",
     "workload.slow-ranks": "No rank of the job logs slower steps than the others again and "
-                           "again (median and MAD across ranks, per iteration)",
+                           "again, a little slower throughout, or from some iteration on "
+                           "(median and MAD across ranks, sign test, change points)",
     "workload.nccl-message-sizes": "The message sizes the workload's NCCL calls carry "
                                    "(NCCL_DEBUG_SUBSYS=COLL), to benchmark nccl-tests at",
     "fabric.nccl-kernel-time": "Share of GPU kernel time in NCCL kernels per collective, and "
