@@ -217,15 +217,19 @@ def audit_verdict(data: Mapping[str, Any] | None, target: Target, host: str,
 def slow_verdict(host: Mapping[str, Any] | None, target: Target, name: str,
                  lost: str = "") -> dict[str, Any]:
     """The verdict of one host of ``slow-nodes``: ``health`` for a host slower than the fleet
-    beyond its noise (degrading; investigate the facts where it differs, starting with its
-    preflight), ``unknown`` for one with no result (``lost``: why), else ``ok``."""
+    beyond its noise, or one that turned slow among its runs (degrading; investigate the facts
+    where it differs, starting with its preflight), ``unknown`` for one with no result
+    (``lost``: why), else ``ok``."""
     if host is None:
         return {"class": UNKNOWN, "pending_reboot": False, "reason": lost,
                 "actions": [action("investigate", target.command(["facts"], name), lost)]}
-    if not host["slow"]:
+    turned = host.get("turned_slow")
+    if not host["slow"] and not turned:
         return {"class": OK, "pending_reboot": False, "reason": "", "actions": [action("none")]}
-    why = (f"{host['slowdown']:.1%} slower than the fleet"
-           + (f"; differs: {'; '.join(host['differs'])}" if host["differs"] else ""))
+    why = "; ".join(part for part in (
+        host["slow"] and f"{host['slowdown']:.1%} slower than the fleet",
+        turned and (f"turned {turned['slowdown']:.1%} slower from run {turned['run']}"),
+        host["differs"] and f"differs: {'; '.join(host['differs'])}") if part)
     return {"class": HEALTH, "pending_reboot": False, "reason": why,
             "actions": [action("investigate", target.command(["preflight"], name), why)]}
 

@@ -80,6 +80,36 @@ def test_a_host_that_turns_slow_mid_way_is_named_with_the_run_it_began():
     assert not any(v.turned for v in turned_slow(judge(drift, 0.9), 0.9))
 
 
+def test_a_host_that_turned_slow_is_the_same_verdict_in_every_channel():
+    """Not slow over all its runs but slow from run 5: the table, JSON verdict, Prometheus and
+    HTML all say so (a channel that said "within the fleet" would hide it)."""
+    from argparse import Namespace
+
+    from exemplar_tune.commands.slow_nodes import _document, render
+
+    values = fleet({}, hosts=16, runs=8, cv=0.005, seed=7)
+    values["node04"] = [v * (1.05 if i >= 4 else 1.0) for i, v in enumerate(values["node04"])]
+    verdicts = turned_slow(judge(values, 0.9), 0.9)
+    assert not next(v for v in verdicts if v.host == "node04").slow
+    args = Namespace(inventory="hosts.yml", runs=8, confidence=0.9, min_slowdown=0.01)
+    doc = _document(args, "node benchmark", [v.to_dict() for v in verdicts], 0.005)
+    assert doc["verdicts"]["node04"]["class"] == "health"
+    assert "from run 5" in doc["verdicts"]["node04"]["reason"]
+    assert doc["verdicts"]["node03"]["class"] == "ok"
+    assert "TURNED SLOW node04: " in render(doc, verdicts, "table")
+    text = render(doc, verdicts, "prometheus")
+    assert 'exemplar_tune_node_turned_slow{host="node04"} 1' in text
+    assert 'exemplar_tune_node_turned_slow_run{host="node04"} 5' in text
+    assert 'exemplar_tune_node_turned_slow{host="node03"} 0' in text
+    assert ('exemplar_tune_host_verdict{host="node04",command="slow-nodes",class="health"'
+            in text)
+    checked = subprocess.run([tool("promtool"), "check", "metrics"], input=text, text=True,
+                             capture_output=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    page = render(doc, verdicts, "html")
+    assert "TURNED SLOW</span> node04" in page and "turned slow from run 5" in page
+
+
 def test_the_error_is_shared_over_the_hosts():
     """The same host and runs: alone among 3 hosts it is slow, among 200 its wider interval
     (each at 1 - 0.1/200) is not."""

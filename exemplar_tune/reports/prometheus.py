@@ -35,8 +35,11 @@ Series (every one a gauge):
 * ``slow-nodes``: ``exemplar_tune_node_slowdown_ratio{host}`` (how much longer the host's
   benchmark runs take than the rest of the fleet's, 0.061 for 6.1 %) with
   ``exemplar_tune_node_slowdown_low_ratio`` and ``..._high_ratio`` (its interval),
-  ``exemplar_tune_node_slow{host}`` (1 slow, 0 not) and ``exemplar_tune_node_differs{host,
-  fact}`` (1 for each fact where a slow host differs from the fleet's majority);
+  ``exemplar_tune_node_slow{host}`` (1 slow, 0 not), ``exemplar_tune_node_turned_slow{host}``
+  (1 when the host turned slow among its runs, with ``..._turned_slow_run`` and
+  ``exemplar_tune_node_turned_slowdown_ratio`` for such a host) and
+  ``exemplar_tune_node_differs{host, fact}`` (1 for each fact where a slow host differs from
+  the fleet's majority);
 * ``exemplar_tune_run_timestamp_seconds{command}`` and ``exemplar_tune_run_info{command,
   profile, version}`` (always 1): when the file was written (Unix time, to the millisecond),
   by what.
@@ -91,6 +94,11 @@ _HELP = {
     "exemplar_tune_node_slowdown_low_ratio": "Low end of the slowdown's interval.",
     "exemplar_tune_node_slowdown_high_ratio": "High end of the slowdown's interval.",
     "exemplar_tune_node_slow": "1 when the host is slower than the fleet beyond its noise.",
+    "exemplar_tune_node_turned_slow": "1 when the host turned slow among its runs (a change "
+                                      "point), 0 not.",
+    "exemplar_tune_node_turned_slow_run": "The run (1-based) from which the host turned slow.",
+    "exemplar_tune_node_turned_slowdown_ratio": "How much slower the host's runs are from that "
+                                                "run on than the fleet's at the same runs.",
     "exemplar_tune_node_differs": "1 for a fact where a slow host differs from the majority.",
     "exemplar_tune_run_timestamp_seconds": "When exemplar-tune wrote this file (Unix time).",
     "exemplar_tune_run_info": "The exemplar-tune command and profile behind this file.",
@@ -235,7 +243,12 @@ def slow_nodes_text(doc: Mapping[str, Any], now: float | None = None) -> str:
         samples += [("exemplar_tune_node_slowdown_ratio", label, host["slowdown"]),
                     ("exemplar_tune_node_slowdown_low_ratio", label, low),
                     ("exemplar_tune_node_slowdown_high_ratio", label, high),
-                    ("exemplar_tune_node_slow", label, int(host["slow"]))]
+                    ("exemplar_tune_node_slow", label, int(host["slow"])),
+                    ("exemplar_tune_node_turned_slow", label, int(bool(host["turned_slow"])))]
+        if host["turned_slow"]:
+            turned = host["turned_slow"]
+            samples += [("exemplar_tune_node_turned_slow_run", label, turned["run"]),
+                        ("exemplar_tune_node_turned_slowdown_ratio", label, turned["slowdown"])]
         samples += [("exemplar_tune_node_differs", {**label, "fact": fact}, 1)
                     for fact in dict.fromkeys(d.partition("=")[0] for d in host["differs"])]
     samples += verdict_samples("slow-nodes", doc.get("verdicts") or {})
