@@ -6,7 +6,8 @@
   target overrides (typed and described from the profile key's schema) and settings, the
   layer's notes and options (``ROLE_SUMMARY``, ``ROLE_NOTES``, ``ROLE_OPTIONS`` beside its
   knobs), and the options every layer role shares;
-* the knob keys of ``exemplar_tune/profiles/schema.json`` (each knob's ``profile_keys``);
+* ``exemplar_tune/profiles/schema.json``, whole: ``schema-base.json`` (the keys no
+  declaration owns) with each knob's ``profile_keys`` and each declared check's key;
 * ``plugins/plugin_utils/knob_variable_names.py``: each layer's knob variables, for the
   ``exemplar.tune.knob_variables`` lookup;
 * ``deploy/kubernetes/node-problem-detector-config.yaml``: node-problem-detector's plugin
@@ -47,6 +48,7 @@ from exemplar_tune.reports.npd import plugin_config_text
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "profiles" / "schema.json"
+SCHEMA_BASE = SCHEMA.with_name("schema-base.json")  # the keys no declaration owns
 README = REPO / "README.md"
 HEADER = ("# Generated from the knob registry (plugins/module_utils/knobs/) by\n"
           "# `python -m exemplar_tune.registry_docs`: edit the knobs, not this file.\n")
@@ -167,17 +169,34 @@ def argument_specs(layer: str) -> str:
     return f"---\n{HEADER}{body}"
 
 
-def profile_schema(current: dict[str, Any]) -> str:
-    """``schema.json`` with every knob's profile keys set from the registry (other keys, the
-    check-only expectations, kept in place)."""
-    schema = json.loads(json.dumps(current))
-    declared: dict[tuple[str, str], dict[str, Any]] = {}
-    for knob in registered_knobs().values():
-        for key, spec in knob.profile_keys.items():
-            if declared.setdefault((knob.layer, key), spec) != spec:
-                raise ValueError(f"profile key {knob.layer}.{key} is declared differently by "
-                                 "two knobs")
-            schema["properties"][knob.layer]["properties"][key] = spec
+def declared_keys() -> dict[tuple[str, str], tuple[dict[str, Any], str]]:
+    """Every profile key a declaration owns, ``(layer, key)``, with its JSON schema and the
+    declaration that owns it: each knob's ``profile_keys``, each declared check's key."""
+    found: dict[tuple[str, str], tuple[dict[str, Any], str]] = {}
+    owners = [(knob.layer, key, spec, f"knob {knob.id}")
+              for knob in registered_knobs().values() for key, spec in knob.profile_keys.items()]
+    owners += [(c.layer, c.declaration.key, c.declaration.schema, f"check {c.id}")
+               for c in CHECKS if c.declaration is not None and c.declaration.schema]
+    for layer, key, spec, owner in owners:
+        if found.setdefault((layer, key), (spec, owner))[0] != spec:
+            raise ValueError(f"profile key {layer}.{key} is declared differently by "
+                             f"{found[(layer, key)][1]} and {owner}")
+    return found
+
+
+def profile_schema(base: dict[str, Any]) -> str:
+    """``schema.json``, whole: ``schema-base.json`` (the keys no declaration owns) with every
+    declared key added, so that a key whose declaration is gone is gone from the schema."""
+    schema = json.loads(json.dumps(base))
+    schema["$comment"] = (f"Generated from {SCHEMA_BASE.name} and the knob and check "
+                          "declarations by python -m exemplar_tune.registry_docs: edit those, "
+                          "not this file.")
+    for (layer, key), (spec, owner) in declared_keys().items():
+        keys = schema["properties"][layer]["properties"]
+        if key in keys:
+            raise ValueError(f"profile key {layer}.{key} is owned by {owner}: remove it from "
+                             f"{SCHEMA_BASE.name}")
+        keys[key] = spec
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -299,7 +318,7 @@ def generated() -> dict[Path, str]:
              for layer in ROLE_LAYERS}
     files[VARIABLE_NAMES] = variable_names()
     files[NPD_CONFIG] = npd_config_map()
-    files[SCHEMA] = profile_schema(json.loads(SCHEMA.read_text()))
+    files[SCHEMA] = profile_schema(json.loads(SCHEMA_BASE.read_text()))
     readme = README.read_text()
     readme = _replace_block(readme, "knobs", knob_table())
     readme = _replace_block(readme, "checks", check_table())
@@ -322,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     """Write the generated files (or, with ``--check``, name the stale ones and exit 1)."""
     parser = argparse.ArgumentParser(
         prog="python -m exemplar_tune.registry_docs",
-        description="Regenerate the role argument specs, the profile schema's knob keys and "
+        description="Regenerate the role argument specs, the profile schema and "
                     "the README's knob and check tables from the registries.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and name the files that are stale")

@@ -198,21 +198,6 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
      (("gpu.present", None), ("gpu.count", None)), SKIP, "unknown"),
     ("gpu.count", "healthy-h100", _without("h100-x86", "gpu", "count"), (), SKIP,
      "profile sets no gpu.count"),
-    # gpu.product
-    ("gpu.product", "healthy-h100", "h100-x86",
-     ((f"{G3}.product_name", "NVIDIA A100-SXM4-80GB"),), FAIL, "00000000:C2:00.0 NVIDIA A100"),
-    ("gpu.product", "healthy-h100", _without("h100-x86", "gpu", "product_contains"), (), SKIP,
-     "profile sets no gpu.product_contains"),
-    ("gpu.product", "healthy-h100", "h100-x86", (("gpu.present", False),), SKIP, "no GPU"),
-    # gpu.persistence-mode
-    ("gpu.persistence-mode", "healthy-h100", "h100-x86", ((f"{G3}.persistence_mode", None),),
-     SKIP, "unknown on 00000000:C2:00.0"),
-    ("gpu.persistence-mode", "healthy-h100", "h100-x86",
-     (("gpu.present", False), ("gpu.gpus", [])), SKIP, "no GPU on this host"),
-    ("gpu.persistence-mode", "healthy-h100", "h100-x86",
-     (("gpu.present", None), ("gpu.gpus", None)), SKIP, "GPU inventory unknown"),
-    ("gpu.persistence-mode", "h100-x86", _without("h100-x86", "gpu", "persistence_mode"), (),
-     SKIP, "profile sets no gpu.persistence_mode"),
     # gpu.ecc-uncorrectable
     ("gpu.ecc-uncorrectable", "healthy-h100", "h100-x86",
      ((f"{G3}.ecc.volatile.uncorrectable", 2), (f"{G3}.ecc.aggregate.uncorrectable", 2)),
@@ -232,12 +217,6 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
     ("gpu.remapped-rows", "healthy-h100", "h100-x86",
      ((f"{ALL}.remapped_rows.pending", None), (f"{ALL}.remapped_rows.failure", None)),
      SKIP, "remapped rows not reported"),
-    # gpu.retired-pages-pending
-    ("gpu.retired-pages-pending", "healthy-h100", "h100-x86",
-     ((f"{ALL}.retired_pages.pending", False), (f"{G3}.retired_pages.pending", True)),
-     FAIL, "pending on 00000000:C2:00.0"),
-    ("gpu.retired-pages-pending", "healthy-h100", "h100-x86",
-     ((f"{ALL}.retired_pages.pending", False),), PASS, "no page retirement pending"),
     # gpu.pcie-link: width below max fails, gen below max alone warns
     ("gpu.pcie-link", "healthy-h100", "h100-x86", ((f"{G3}.pcie.width_current", 8),), FAIL,
      "00000000:C2:00.0: width x8 < max x16"),
@@ -264,13 +243,6 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
      PASS, "no slowdown"),
     ("gpu.clock-events", "healthy-h100", "h100-x86",
      ((f"{ALL}.clocks_event_reasons_active", None),), SKIP, "not reported"),
-    # gpu.temperature
-    ("gpu.temperature", "healthy-h100", "h100-x86", ((f"{G3}.temperature_c", 91),), WARN,
-     "00000000:C2:00.0 91 C"),
-    ("gpu.temperature", "healthy-h100", "h100-x86", ((f"{ALL}.temperature_c", None),), SKIP,
-     "not reported"),
-    ("gpu.temperature", "healthy-h100", _without("h100-x86", "gpu", "temperature_max_c"), (),
-     SKIP, "profile sets no gpu.temperature_max_c"),
     # gpu.xids
     ("gpu.xids", "healthy-h100", "h100-x86", (("gpu.xids", None),), SKIP,
      "kernel log not readable"),
@@ -347,8 +319,7 @@ BRANCHES: list[tuple[str, str, str | dict[str, Any], tuple[Edit, ...], str, str]
 # The skipped branches that could not be judged (check, detail text); every other skipped
 # branch does not apply (profile silent, no GPU, not reported by this GPU, not arm64 ...).
 UNKNOWN_BRANCHES = {
-    ("gpu.count", "unknown"), ("gpu.persistence-mode", "unknown on 00000000:C2:00.0"),
-    ("gpu.persistence-mode", "GPU inventory unknown"), ("gpu.xids", "kernel log not readable"),
+    ("gpu.count", "unknown"), ("gpu.xids", "kernel log not readable"),
     ("gpu.dcgm-diag", "DCGM absent: dcgmi not installed"),
     ("vm.cmdqv", "kernel log unavailable"), ("vm.cmdqv", "unknown"),
     ("vm.iommu-domain", "IOMMU groups unknown"),

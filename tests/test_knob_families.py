@@ -179,6 +179,35 @@ def test_the_knob_reads_back_as_a_fact_and_its_declared_check_judges_it(host):
     assert facts["sources"]["sched_autogroup"] == "/proc/sys/kernel/sched_autogroup_enabled"
 
 
+def test_a_floor_is_raised_to_never_lowered_and_its_check_says_at_least(host):
+    """vm.max_map_count is declared with ``minimum``: a host below the profile's value is
+    raised (now and in sysctl.d), one above it is left as it is and passes."""
+    proc = host / "proc/sys/vm/max_map_count"
+    proc.parent.mkdir(parents=True, exist_ok=True)
+    proc.write_text("65530\n")
+    want = {"vm_max_map_count": 262144}
+
+    def verdict() -> tuple[str, str]:
+        facts = {"cpu": get_layer("cpu").gather(Sysroot(str(host)))}
+        found = {r.id: r for r in run_checks(facts, {"cpu": want}, ["cpu"])}
+        return found["cpu.vm-max-map-count"].status, found["cpu.vm-max-map-count"].detail
+
+    assert verdict() == (WARN, "vm.max_map_count=65530, profile wants at least 262144")
+    before = without_mtimes(state_of(host))
+    assert _apply(host, want)["changed"]
+    assert proc.read_text().strip() == "262144"
+    assert "vm.max_map_count = 262144" in (host / SYSCTL_D).read_text()
+    assert verdict() == (PASS, "vm.max_map_count=262144")
+    assert not _apply(host, want, run_id="r2")["changed"]
+    assert _restore(host)["failed"] == []
+    assert_restored(before, host)
+    proc.write_text("1048576\n")
+    untouched = state_of(host)
+    assert not _apply(host, want, run_id="r3")["changed"]
+    assert state_of(host) == untouched
+    assert verdict() == (PASS, "vm.max_map_count=1048576")
+
+
 def test_a_host_without_the_parameter_skips_the_check_and_the_knob_saying_why(host):
     """A kernel without the parameter has nothing to set now, and a sysctl.d line for it
     would only fail at every boot: the knob does not apply (never "no drift")."""

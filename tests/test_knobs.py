@@ -365,7 +365,7 @@ def test_profile_injections_are_one_line_exit_2_before_anything_runs(h100, tmp_p
 
 
 def test_generated_files_are_up_to_date_with_the_registry():
-    """The role argument specs, the schema's knob keys and the README tables are generated;
+    """The role argument specs, the profile schema and the README tables are generated;
     a declaration changed without regenerating fails here, naming the files."""
     assert [str(path.relative_to(REPO)) for path in registry_docs.stale()] == []
 
@@ -390,6 +390,42 @@ def test_a_stale_generated_file_is_named_and_fails_the_check(tmp_path, monkeypat
     monkeypatch.setattr(registry_docs, "SCHEMA", schema)
     assert schema in registry_docs.stale()
     assert registry_docs.main(["--check"]) == 1
+
+
+def test_the_schema_is_written_whole_so_a_removed_or_extra_key_is_stale(tmp_path, monkeypatch):
+    """A knob whose declaration is gone takes its key with it; a key added by hand to the
+    generated schema (one no declaration or base owns) fails --check."""
+    import json
+
+    base = json.loads(registry_docs.SCHEMA_BASE.read_text())
+    whole = json.loads(registry_docs.profile_schema(base))
+    assert "vm_max_map_count" in whole["properties"]["cpu"]["properties"]
+    assert "vm_max_map_count" not in base["properties"]["cpu"]["properties"]
+    knobs = {name: knob for name, knob in registered_knobs().items()
+             if name != "cpu.vm_max_map_count"}
+    monkeypatch.setattr(registry_docs, "registered_knobs", lambda: knobs)
+    without = json.loads(registry_docs.profile_schema(base))
+    assert "vm_max_map_count" not in without["properties"]["cpu"]["properties"]
+    assert without["properties"]["cpu"]["properties"].keys() == \
+        whole["properties"]["cpu"]["properties"].keys() - {"vm_max_map_count"}
+    monkeypatch.undo()
+    extra = json.loads(registry_docs.SCHEMA.read_text())
+    extra["properties"]["gpu"]["properties"]["stale_key"] = {"type": "integer"}
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(extra, indent=2) + "\n")
+    monkeypatch.setattr(registry_docs, "SCHEMA", schema)
+    assert schema in registry_docs.stale()
+    assert registry_docs.main(["--check"]) == 1
+
+
+def test_a_key_owned_by_a_declaration_and_by_the_base_is_refused(tmp_path, monkeypatch):
+    import json
+
+    base = json.loads(registry_docs.SCHEMA_BASE.read_text())
+    base["properties"]["cpu"]["properties"]["numa_balancing"] = {"type": "integer"}
+    with pytest.raises(ValueError, match="cpu.numa_balancing is owned by knob "
+                                         "cpu.numa_balancing: remove it from schema-base.json"):
+        registry_docs.profile_schema(base)
 
 
 @pytest.mark.parametrize("value", ["$(touch {marker})", "`touch {marker}`", '"; touch {marker}; "',

@@ -65,6 +65,7 @@ class Check:
     func: Callable[[Facts, Profile], Outcome] = field(compare=False)
     health: bool = False
     actions: tuple[str, ...] = ()  # what a failing result calls for, first to last
+    declaration: Any = field(default=None, compare=False)  # a checks.compare.Comparison
 
 
 CHECKS: list[Check] = []
@@ -72,7 +73,8 @@ CHECKS: list[Check] = []
 
 def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
           knob: str | None = None, health: bool = False,
-          actions: tuple[str, ...] | None = None) -> Callable[[Callable], Callable]:
+          actions: tuple[str, ...] | None = None,
+          declaration: Any = None) -> Callable[[Callable], Callable]:
     """Register the decorated function as check ``check_id`` (``"<layer>.<name>"``).
 
     ``risk`` is one line on what the finding costs; ``fix`` names the knob or the manual
@@ -82,7 +84,8 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
     those can drain a node (:func:`makes_unfit`); the others are tuning preferences.
     ``actions`` (kinds of :data:`ACTION_KINDS`) is what a failing result calls for; by default
     a health finding is drained and investigated, a tuning one applied with its knob or, with
-    none, investigated (a manual BIOS or hypervisor change).
+    none, investigated (a manual BIOS or hypervisor change). ``declaration`` is the
+    :class:`~exemplar_tune.checks.compare.Comparison` a declared check was made from.
     """
     if actions is None:
         actions = ("drain", "investigate") if health else ("apply",) if knob else (
@@ -99,7 +102,7 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
         if any(c.id == check_id for c in CHECKS):
             raise ValueError(f"check {check_id} registered twice")
         CHECKS.append(Check(check_id, layer, severity, title, risk, fix, knob, func, health,
-                            actions))
+                            actions, declaration))
         return func
 
     return register

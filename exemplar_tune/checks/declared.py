@@ -64,8 +64,9 @@ def declared_check(knob: Knob) -> Callable[[Facts, Profile], Outcome]:
             return unknown(f"{state.label} unknown ({evidence[0]} absent or unreadable)")
         shown = _shown(have)
         if not state.matches(have, want):
+            floor = "at least " if getattr(state, "minimum", False) else ""
             return Outcome(spec.status, have, want, f"{state.label}={shown}, profile wants "
-                           f"{want}", evidence)
+                           f"{floor}{want}", evidence)
         return Outcome(PASS, have, want, f"{state.label}={shown}", evidence)
 
     return run

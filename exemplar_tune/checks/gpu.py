@@ -25,6 +25,7 @@ from exemplar_tune import xid_policy
 from exemplar_tune.checks.base import (
     FAIL,
     PASS,
+    SKIP,
     WARN,
     Facts,
     Outcome,
@@ -36,6 +37,7 @@ from exemplar_tune.checks.base import (
     source,
     unknown,
 )
+from exemplar_tune.checks.compare import Comparison, Devices, Example, declare
 from exemplar_tune.dcgm import problems as dcgm_problems
 
 LAYER = "gpu"
@@ -208,58 +210,32 @@ def check_nvidia_smi(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts, "present"))
 
 
-@check("gpu.product", severity="medium", title="The GPUs are the profile's model",
-       risk="A different GPU model invalidates every other expectation of the profile "
-            "(topology, power, NCCL tuning, benchmark references)",
-       fix="manual: run this host with the profile of its GPU model, or fix the inventory")
-def check_product(facts: Facts, profile: Profile) -> Outcome:
-    want = _expect(profile, "product_contains")
-    if want is None:
-        return not_applicable("profile sets no gpu.product_contains")
-    gpus, not_judged = _gpus(facts)
-    if not_judged:
-        return not_judged
-    products = sorted({g.get("product_name") or "unknown" for g in gpus})
-    wrong = [g for g in gpus if want.lower() not in (g.get("product_name") or "").lower()]
-    if wrong:
-        found = [f"{_name(g)} {g.get('product_name')}" for g in wrong]
-        return Outcome(FAIL, products, f"product name contains {want!r}",
-                       f"{len(wrong)} of {len(gpus)} GPUs are not {want}: {_list(found)}",
-                       _evidence(facts))
-    return Outcome(PASS, products, f"product name contains {want!r}",
-                   f"all {len(gpus)} GPUs are {', '.join(products)}", _evidence(facts))
+GPUS = Devices("gpu", "GPUs", lambda facts: _gpus(facts), lambda gpu: _name(gpu),
+               lambda facts, gpus, marks: _field_error(facts, gpus, *marks), "gpus")
 
+declare(Comparison(
+    "gpu.product", severity="medium", title="The GPUs are the profile's model",
+    risk="A different GPU model invalidates every other expectation of the profile "
+         "(topology, power, NCCL tuning, benchmark references)",
+    fix="manual: run this host with the profile of its GPU model, or fix the inventory",
+    label="product name", field=("product_name",), compare="contains",
+    key="product_contains", devices=GPUS, status=FAIL, error_marks=("product_name",),
+    schema={"type": "string", "description": "substring of nvidia-smi product_name, e.g. H100"},
+    examples=(Example(["NVIDIA H100 80GB HBM3"], "H100", PASS),
+              Example(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], "H100", FAIL))))
 
-@check("gpu.persistence-mode", severity="medium", title="Persistence mode as the profile says",
-       risk="Without persistence the driver tears the GPU state down whenever no client holds "
-            "it: every job start pays the re-initialisation (about 1-2 s per GPU) and the "
-            "first NVML/CUDA calls are slow; health tools (DCGM r1) flag it",
-       fix="exemplar-tune apply --layer gpu (knob gpu.persistence_mode: nvidia-persistenced "
-           "--persistence-mode, or "
-           "nvidia-smi -pm 1)",
-       knob="gpu.persistence_mode")
-def check_persistence_mode(facts: Facts, profile: Profile) -> Outcome:
-    want = _expect(profile, "persistence_mode")
-    if want is None:
-        return not_applicable("profile sets no gpu.persistence_mode")
-    gpus, not_judged = _gpus(facts)
-    if not_judged:
-        return not_judged
-    wrong = [g for g in gpus if g.get("persistence_mode") is (not want)]
-    unread = [g for g in gpus if g.get("persistence_mode") is None]
-    observed = {_name(g): g.get("persistence_mode") for g in gpus}
-    if wrong:
-        where = [f"{_name(g)} (GPU {g.get('index')})" for g in wrong]
-        return Outcome(FAIL, observed, want,
-                       f"persistence mode {'off' if want else 'on'} on {len(wrong)} of "
-                       f"{len(gpus)} GPUs: {_list(where)}", _evidence(facts))
-    if unread:
-        why = _field_error(facts, unread, "persistence_mode") or " (not reported)"
-        return unknown(f"persistence mode unknown on {_list(_names(unread))}{why}")
-    return Outcome(PASS, observed, want,
-                   f"persistence mode {'on' if want else 'off'} for all {len(gpus)} GPUs",
-                   _evidence(facts))
-
+declare(Comparison(
+    "gpu.persistence-mode", severity="medium", title="Persistence mode as the profile says",
+    risk="Without persistence the driver tears the GPU state down whenever no client holds "
+         "it: every job start pays the re-initialisation (about 1-2 s per GPU) and the "
+         "first NVML/CUDA calls are slow; health tools (DCGM r1) flag it",
+    fix="exemplar-tune apply --layer gpu (knob gpu.persistence_mode: nvidia-persistenced "
+        "--persistence-mode, or nvidia-smi -pm 1)",
+    knob="gpu.persistence_mode", label="persistence mode", field=("persistence_mode",),
+    compare="equals", key="persistence_mode", devices=GPUS, status=FAIL,
+    shown=lambda on: "on" if on else "off", error_marks=("persistence_mode",),
+    examples=(Example([True], True, PASS), Example([True, False], True, FAIL),
+              Example([False], False, PASS))))
 
 # -- memory health ---------------------------------------------------------------------------
 
@@ -359,29 +335,20 @@ def check_remapped_rows(facts: Facts, profile: Profile) -> Outcome:
                    f"no pending or failed row remap on {len(gpus)} GPUs", _evidence(facts))
 
 
-@check("gpu.retired-pages-pending", health=True, actions=("reset_gpu",),
-       severity="medium",
-       title="No page retirement pending",
-       risk="Pages marked for retirement stay in use until the next driver reload: the bad "
-            "memory can raise more ECC errors and kill jobs (pre-A100 GPUs)",
-       fix="manual: drain the node and reset the GPU or reboot to retire the pages")
-def check_retired_pages_pending(facts: Facts, profile: Profile) -> Outcome:
-    gpus, not_judged = _gpus(facts)
-    if not_judged:
-        return not_judged
-    flags = {_name(g): _get(g, "retired_pages", "pending") for g in gpus}
-    if all(v is None for v in flags.values()):
-        unread = _field_error(facts, gpus, "pending_retirement", "pending_blacklist",
-                              "pending_page")
-        if unread:
-            return unknown(f"page retirement not read{unread}")
-        return not_applicable("page retirement not reported (A100 and later use row remapping)")
-    pending = [name for name, v in flags.items() if v]
-    if pending:
-        return Outcome(FAIL, flags, False,
-                       f"page retirement pending on {_list(pending)}: reset to retire",
-                       _evidence(facts))
-    return Outcome(PASS, flags, False, "no page retirement pending", _evidence(facts))
+declare(Comparison(
+    "gpu.retired-pages-pending", health=True, actions=("reset_gpu",), severity="medium",
+    title="No page retirement pending",
+    risk="Pages marked for retirement stay in use until the next driver reload: the bad "
+         "memory can raise more ECC errors and kill jobs (pre-A100 GPUs)",
+    fix="manual: drain the node and reset the GPU or reboot to retire the pages",
+    label="page retirement", field=("retired_pages", "pending"), compare="equals",
+    default=False, source="nvidia-smi -q 'Pending Page Blacklist' (NVIDIA's page retirement "
+                          "notes: the pages retire at the next driver reload)",
+    devices=GPUS, status=FAIL, shown=lambda flag: "pending" if flag else "none",
+    not_reported="not reported (A100 and later use row remapping)",
+    error_marks=("pending_retirement", "pending_blacklist", "pending_page"),
+    examples=(Example([False], None, PASS), Example([False, True], None, FAIL),
+              Example([None], None, SKIP))))
 
 
 # -- link, clocks, temperature ---------------------------------------------------------------
@@ -478,32 +445,17 @@ def check_clock_events(facts: Facts, profile: Profile) -> Outcome:
                    f"no slowdown reason active on {len(gpus)} GPUs", _evidence(facts))
 
 
-@check("gpu.temperature", health=True, severity="low",
-       title="GPU temperature below the profile maximum",
-       risk="A hot GPU is close to its slowdown threshold: under load it throttles (clock "
-            "events) and slows every rank that waits for it",
-       fix="manual: check airflow, fans and inlet temperature (BMC); compare with other nodes")
-def check_temperature(facts: Facts, profile: Profile) -> Outcome:
-    limit = _expect(profile, "temperature_max_c")
-    if limit is None:
-        return not_applicable("profile sets no gpu.temperature_max_c")
-    gpus, not_judged = _gpus(facts)
-    if not_judged:
-        return not_judged
-    temps = {_name(g): g.get("temperature_c") for g in gpus}
-    known = {n: t for n, t in temps.items() if t is not None}
-    if not known:
-        unread = _field_error(facts, gpus, "gpu_temp", "gpu_current_temp")
-        if unread:
-            return unknown(f"GPU temperature not read{unread}")
-        return not_applicable("GPU temperature not reported")
-    hot = {n: t for n, t in known.items() if t > limit}
-    if hot:
-        return Outcome(WARN, temps, f"<= {limit} C",
-                       "above the limit: " + _list([f"{n} {t} C" for n, t in hot.items()]),
-                       _evidence(facts))
-    return Outcome(PASS, temps, f"<= {limit} C",
-                   f"hottest GPU {max(known.values())} C <= {limit} C", _evidence(facts))
+declare(Comparison(
+    "gpu.temperature", health=True, severity="low",
+    title="GPU temperature below the profile maximum",
+    risk="A hot GPU is close to its slowdown threshold: under load it throttles (clock "
+         "events) and slows every rank that waits for it",
+    fix="manual: check airflow, fans and inlet temperature (BMC); compare with other nodes",
+    label="GPU temperature", field=("temperature_c",), compare="at_most",
+    key="temperature_max_c", devices=GPUS, unit=" C", error_marks=("gpu_temp", "gpu_current_temp"),
+    schema={"type": "number"},
+    examples=(Example([45, 52], 85, PASS), Example([45, 91], 85, WARN),
+              Example([45, None], 85, SKIP))))
 
 
 # -- NVLink fabric ---------------------------------------------------------------------------

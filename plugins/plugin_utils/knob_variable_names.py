@@ -47,6 +47,8 @@ LAYER_VARIABLES = {
         "cpu_sysctl_path",
         "cpu_sched_autogroup",
         "cpu_sched_autogroup_target",
+        "cpu_vm_max_map_count",
+        "cpu_vm_max_map_count_target",
         "cpu_transparent_hugepage",
         "cpu_transparent_hugepage_target",
         "cpu_hugepages_2m",

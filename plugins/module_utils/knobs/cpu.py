@@ -133,6 +133,17 @@ KNOBS: tuple[Knob, ...] = (
                            "with autogroup on, CFS divides CPU time between sessions, not "
                            "tasks: a training job's many threads weigh as much as one shell's "
                            "build on a contended core")),
+    sysctl("cpu", "vm_max_map_count", "vm.max_map_count",
+           "vm.max_map_count raised to the profile's floor, now and in sysctl.d",
+           {"type": "integer", "minimum": 65530, "maximum": 2147483647,
+            "description": "least vm.max_map_count (memory maps per process; kernel default "
+                           "65530, NVIDIA's nvidia-gb200-performance TuneD profile sets "
+                           "262144)"},
+           check=CheckSpec("low", "vm.max_map_count is at least the profile's floor",
+                           "a process that maps more regions than vm.max_map_count (many "
+                           "mmapped checkpoint shards, CUDA/UVM and pinned host allocations "
+                           "on large GB200 jobs) fails its next mmap with ENOMEM"),
+           minimum=True),
     sysfs_attr("cpu", "transparent_hugepage", "sys/kernel/mm/transparent_hugepage/enabled",
                "transparent huge pages mode",
                {"type": "string", "enum": ["always", "madvise", "never"],

@@ -149,10 +149,21 @@ def _absent_proc(root: Sysroot, proc: str, label: str) -> NotApplicable:
 class Sysctl(State):
     """A kernel parameter (``label``: ``kernel.numa_balancing``) of one value: ``/proc/sys``
     now, and its line in the layer's ``sysctl.d`` file (edited line by line, so several knobs
-    share it)."""
+    share it). With ``minimum``, the profile's value is a floor: a host at or above it
+    matches and is left as it is (``vm.max_map_count``)."""
 
     forbidden = "#;"
     one_word = True  # /proc/sys shows several values tab-separated: not this family's
+
+    def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
+                 minimum: bool = False) -> None:
+        super().__init__(layer, fact, label, schema)
+        self.minimum = minimum
+
+    def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
+        if self.minimum and isinstance(have, int) and isinstance(want, int):
+            return have >= want
+        return bool(have == want)
 
     @property
     def proc(self) -> str:
@@ -186,6 +197,8 @@ class Sysctl(State):
                           f"{self.layer}_sysctl_path")
         if not root.exists(self.proc):
             raise _absent_proc(root, self.proc, self.label)
+        if self.minimum and self.matches(self.read(root), int(value)):
+            return []  # at or above the floor already: nothing to raise
         return [AttrChange(self.proc, value),
                 *plan_env_file(root, path, {self.label: value}, "sysctl")]
 
@@ -421,13 +434,16 @@ def _declare(state: Any, summary: str, settings: tuple[Setting, ...], check: Che
 
 
 def sysctl(layer: str, name: str, key: str, summary: str, schema: dict[str, Any], *,
-           check: CheckSpec | None = None, doc: str = "") -> Knob:
-    """A kernel parameter (``kernel.numa_balancing``), now and in the layer's sysctl.d file."""
+           check: CheckSpec | None = None, doc: str = "", minimum: bool = False) -> Knob:
+    """A kernel parameter (``kernel.numa_balancing``), now and in the layer's sysctl.d file;
+    ``minimum``: the profile's value is a floor (an integer), raised to, never lowered."""
+    if minimum and schema.get("type") != "integer":
+        raise ValueError(f"knob {layer}.{name}: a minimum is an integer")
     matching(key, re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+)+$"), f"{layer}.{name}: key")
     path = Setting(f"{layer}_sysctl_path", SYSCTL_FILE,
                    f"The sysctl.d file that persists the {layer} layer's kernel parameters "
                    "(one line per parameter, edited in place).")
-    return _declare(Sysctl(layer, name, key, schema), summary, (path,), check, doc)
+    return _declare(Sysctl(layer, name, key, schema, minimum), summary, (path,), check, doc)
 
 
 def sysfs_attr(layer: str, name: str, glob: str, summary: str, schema: dict[str, Any], *,
