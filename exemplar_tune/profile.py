@@ -60,9 +60,10 @@ MAX_PROFILE = 1 << 20  # bytes of one profile file (the shipped ones are under 2
 
 @cache
 def auto_candidates() -> tuple[dict[str, Any], ...]:
-    """The shipped profiles ``auto`` chooses from (each with its ``match``), by name; loaded
-    once per process, shared: read them, never change them."""
-    return tuple(load_profile(name) for name in shipped_profiles())
+    """The shipped profiles ``auto`` chooses from (each with its ``match``; one without is
+    only ever named, as NVIDIA's nvidia-* translations), by name; loaded once per process,
+    shared: read them, never change them."""
+    return tuple(p for p in map(load_profile, shipped_profiles()) if "match" in p)
 
 
 def auto_profile(facts: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -182,11 +183,14 @@ def _read(path: Path) -> dict[str, Any]:
 
 def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     """``child`` over ``parent``: mappings merged key by key, anything else replaced, ``null``
-    deleting a key ``parent`` has (kept where ``parent`` lacks the key)."""
+    deleting a key ``parent`` has (kept where ``parent`` lacks the key); the settings a
+    translated profile cannot express (``unexpressed``) are the parent's and the child's."""
     merged = copy.deepcopy(parent)
     for key, value in child.items():
         if value is None and key in merged:
             del merged[key]
+        elif key == "unexpressed" and isinstance(value, list):
+            merged[key] = [*merged.get(key, []), *copy.deepcopy(value)]
         elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = merge(merged[key], value)
         else:

@@ -12,8 +12,9 @@
   ``exemplar.tune.knob_variables`` lookup;
 * ``deploy/kubernetes/node-problem-detector-config.yaml``: node-problem-detector's plugin
   configuration, one node condition per layer with checks;
-* the README's knob and check tables, and its table of the command files a sos report holds
-  (``plugins/module_utils/sos_commands.py``), between ``<!-- generated: NAME -->`` and
+* the README's knob and check tables, its table of the command files a sos report holds
+  (``plugins/module_utils/sos_commands.py``) and of the vendor settings the shipped profiles
+  cannot express (their ``unexpressed`` lists), between ``<!-- generated: NAME -->`` and
   ``<!-- end: NAME -->``.
 
 ``--check`` writes nothing and exits 1 naming the stale files; the test suite runs it.
@@ -260,6 +261,19 @@ def sos_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def unexpressed_table() -> str:
+    """The README's table of the settings the shipped translations of vendor profiles cannot
+    express (each profile's own ``unexpressed`` entries, not its parents')."""
+    from exemplar_tune.profile import PROFILES_DIR, shipped_profiles
+
+    rows = ["| profile | setting | where | why not |", "|---|---|---|---|"]
+    for name in shipped_profiles():
+        own = yaml.safe_load((PROFILES_DIR / f"{name}.yaml").read_text())
+        rows += [f"| `{name}` | `{u['setting']}` | {u['source']} | {' '.join(u['why'].split())} |"
+                 for u in own.get("unexpressed", [])]
+    return "\n".join(rows) + "\n"
+
+
 def _replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- generated: {name} -->\n", f"<!-- end: {name} -->"
     if start not in text or end not in text:
@@ -323,6 +337,7 @@ def generated() -> dict[Path, str]:
     readme = _replace_block(readme, "knobs", knob_table())
     readme = _replace_block(readme, "checks", check_table())
     readme = _replace_block(readme, "diagnose", diagnose_table())
+    readme = _replace_block(readme, "unexpressed", unexpressed_table())
     files[README] = _replace_block(readme, "sos", sos_table())
     return files
 
@@ -342,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m exemplar_tune.registry_docs",
         description="Regenerate the role argument specs, the profile schema and "
-                    "the README's knob and check tables from the registries.")
+                    "the README's generated tables from the registries and profiles.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and name the files that are stale")
     args = parser.parse_args(argv)

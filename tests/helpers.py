@@ -104,3 +104,21 @@ def cli_env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env["PYTHONPATH"] = str(REPO)
     return env
+
+
+def listed_statuses(results: list, listed: dict[str, str], profile: dict) -> dict[str, str]:
+    """The statuses of the ``listed`` checks among ``results``; every other result must be a
+    family knob's declared check, judged by the rule its siblings share
+    (``tests/test_declared_checks.py``): not applicable while the profile sets no value. So a
+    new declaration edits no hand-kept list of expected statuses."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.layers import registered_knobs
+
+    knobs = {k.check_id: k for k in registered_knobs().values() if k.check}
+    for r in results:
+        if r.id in listed:
+            continue
+        assert r.id in knobs, f"{r.id}: a hand-written check missing from the list"
+        knob = knobs[r.id]
+        if knob.state.fact not in (profile.get(knob.layer) or {}):
+            assert (r.status, r.klass) == ("skip", "not_applicable"), r.detail
+    return {r.id: r.status for r in results if r.id in listed}

@@ -78,7 +78,10 @@ def test_profile_show_and_list(tmp_path: Path) -> None:
     as_yaml = yaml.safe_load(cli("profile", "show", str(site)).stdout)
     assert as_yaml["gpu"]["temperature_max_c"] == 80 and as_yaml["name"] == "site"
     assert cli("profile", "list").stdout.split() == [
-        "b200-x86", "gb200-grace", "gb300-grace", "generic", "h100-x86", "h200-x86"]
+        "b200-x86", "gb200-grace", "gb300-grace", "generic", "h100-x86", "h200-x86",
+        "nvidia-acs-disable", "nvidia-base", "nvidia-gb200-inference",
+        "nvidia-gb200-multiNodeTraining", "nvidia-gb200-performance", "nvidia-h100-inference",
+        "nvidia-h100-multiNodeTraining", "nvidia-h100-performance"]
     bad = cli("profile", "show", str(write(tmp_path / "b.yaml", {"extends": "b.yaml"})))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 

@@ -13,10 +13,14 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs import (
     Setting,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import (
+    kernel_arg,
     sysctl,
     sysfs_attr,
 )
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import IDLE_STATE, WORD
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.kernel_params import (
+    layer_params,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.readers.cgroup import HOUSEKEEPING_UNITS
 
 POLICIES = "sys/devices/system/cpu/cpufreq/policy[0-9]*"
@@ -123,7 +127,8 @@ KNOBS: tuple[Knob, ...] = (
            check=CheckSpec("low", "kernel.numa_balancing matches the profile",
                            "automatic NUMA balancing unmaps pages to sample access: hinting "
                            "page faults and page migrations stall loader threads during "
-                           "training")),
+                           "training"),
+           boot_arg=("numa_balancing", {0: "disable", 1: "enable"})),
     sysctl("cpu", "sched_autogroup", "kernel.sched_autogroup_enabled",
            "kernel.sched_autogroup_enabled now and in sysctl.d",
            {"type": "integer", "minimum": 0, "maximum": 1,
@@ -187,4 +192,15 @@ KNOBS: tuple[Knob, ...] = (
              "C(cpu_reboot_required) becomes true); it runs only where "
              "C(exemplar_bmc_address) is set, from where the role runs, and the journal keeps "
              "the previous values for C(restore)."),
+    kernel_arg("cpu", "init_on_alloc", "init_on_alloc",
+               "init_on_alloc on the kernel command line (next boot)",
+               {"type": "integer", "minimum": 0, "maximum": 1,
+                "description": "init_on_alloc= kernel argument: 0 leaves allocated pages as "
+                               "they are, 1 zeroes them (nvidia-base: 0)"},
+               grub=GRUB_PATH,
+               check=CheckSpec("low", "init_on_alloc matches the profile",
+                               "with init_on_alloc=1 (the default of several distributions' "
+                               "kernels) every allocated page is zeroed: slower large "
+                               "allocations and page faults for pinned and loader memory")),
+    *layer_params("cpu"),
 )

@@ -8,6 +8,9 @@ from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import 
     NCCL_KEY,
     ONE_LINE_PATTERN,
 )
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.kernel_params import (
+    layer_params,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.nccl_tuner import ROW_SCHEMA
 
 ROLE_SUMMARY = "Set the NCCL settings and per-size tuner table the fabric is tuned for"
@@ -42,4 +45,5 @@ KNOBS: tuple[Knob, ...] = (
              "profile's C(fabric.nccl) names the plugin and the file "
              "(C(NCCL_TUNER_PLUGIN), C(NCCL_TUNER_CONFIG_FILE)). The rows should come from "
              "C(exemplar-tune sweep --per-size) on this fabric."),
+    *layer_params("fabric"),
 )

@@ -156,9 +156,10 @@ class Sysctl(State):
     one_word = True  # /proc/sys shows several values tab-separated: not this family's
 
     def __init__(self, layer: str, fact: str, label: str, schema: dict[str, Any],
-                 minimum: bool = False) -> None:
+                 minimum: bool = False, boot_arg: tuple[str, dict[int, str]] | None = None
+                 ) -> None:
         super().__init__(layer, fact, label, schema)
-        self.minimum = minimum
+        self.minimum, self.boot_arg = minimum, boot_arg
 
     def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
         if self.minimum and isinstance(have, int) and isinstance(want, int):
@@ -185,7 +186,8 @@ class Sysctl(State):
     def plan(self, root: Sysroot, target: Target) -> list[Change]:
         """The runtime value, then the ``sysctl.d`` line; ``NotApplicable`` when the kernel
         has no ``/proc/sys`` entry for the parameter (a ``sysctl.d`` line for it would only
-        fail at every boot)."""
+        fail at every boot). Nothing where the value holds already and the host's active
+        TuneD profile sets it (TuneD writes it at every boot), nor for a floor already met."""
         value = _want(self, target)
         if value is None:
             return []
@@ -197,10 +199,32 @@ class Sysctl(State):
                           f"{self.layer}_sysctl_path")
         if not root.exists(self.proc):
             raise _absent_proc(root, self.proc, self.label)
-        if self.minimum and self.matches(self.read(root), int(value)):
-            return []  # at or above the floor already: nothing to raise
+        if self._held(root, value):
+            return []
         return [AttrChange(self.proc, value),
                 *plan_env_file(root, path, {self.label: value}, "sysctl")]
+
+
+    def _held(self, root: Sysroot, value: str) -> bool:
+        """Whether ``value`` needs nothing written: the floor is met, or the value holds and
+        the host's active TuneD profile sets it at every boot (in its ``[sysctl]``, or as the
+        parameter's kernel argument ``boot_arg``: ``numa_balancing=disable``)."""
+        from ansible_collections.exemplar.tune.plugins.module_utils.knobs.grub import (
+            tuned_boot_args,
+        )
+        from ansible_collections.exemplar.tune.plugins.module_utils.readers.tuned import (
+            active_sysctls,
+        )
+        try:
+            have = self.read(root)
+        except HostStateError:
+            return False  # the plan reports what it finds
+        if not self.matches(have, host_value(value, self.schema, self.label)):
+            return False
+        if self.minimum or active_sysctls(root).get(self.label) == value:
+            return True
+        arg, values = self.boot_arg or ("", {})
+        return bool(arg) and tuned_boot_args(root).get(arg, False) == values.get(have)
 
 
 class SysfsAttr(State):
@@ -382,15 +406,29 @@ class DropIn(State):
         return f"systemctl edit {self.unit}: [{self.section}] {self.prop}=<profile value>"
 
     def source(self, root: Sysroot) -> str:  # noqa: D102
-        return root.display(self.path)
+        return root.display(f"/etc/systemd/system/{self.unit}.d")
 
     def read(self, root: Sysroot) -> str:
-        """The property in the knob's drop-in; ``""`` when the drop-in does not set it."""
+        """The property as the unit's drop-ins set it (its own or another's, such as a TuneD
+        script's): every ``<unit>.d/*.conf`` of ``/etc``, ``/run`` and ``/usr/lib``, a name in
+        ``/etc`` hiding the same name below, read in file-name order, the last assignment in
+        ``[section]`` winning (systemd.unit(5)); ``""`` when none sets it."""
+        files: dict[str, str] = {}
+        for base in ("usr/lib/systemd/system", "run/systemd/system", "etc/systemd/system"):
+            folder = f"{base}/{self.unit}.d"
+            files.update({name: f"{folder}/{name}" for name in root.listdir(folder)
+                          if name.endswith(".conf")})
         found = ""
-        for line in (root.read_optional(self.path) or "").splitlines():
-            name, sep, value = line.partition("=")
-            if sep and name.strip() == self.prop:
-                found = value.strip()
+        for name in sorted(files):
+            section = ""
+            for line in (root.read_optional(files[name]) or "").splitlines():
+                line = line.strip()
+                if line.startswith("[") and line.endswith("]"):
+                    section = line[1:-1]
+                    continue
+                key, sep, value = line.partition("=")
+                if sep and section == self.section and key.strip() == self.prop:
+                    found = value.strip()
         return found
 
     def matches(self, have: Any, want: Any) -> bool:  # noqa: D102
@@ -404,8 +442,8 @@ class DropIn(State):
             service_step,
         )
         value = _want(self, target)
-        if value is None:
-            return []
+        if value is None or self.read(root) == value:
+            return []  # nothing asked, or a drop-in (this knob's or another's) sets it already
         why = systemd_absent(root)
         if why is not None:
             raise NotApplicable(root.display("run/systemd/system"), why)
@@ -434,16 +472,20 @@ def _declare(state: Any, summary: str, settings: tuple[Setting, ...], check: Che
 
 
 def sysctl(layer: str, name: str, key: str, summary: str, schema: dict[str, Any], *,
-           check: CheckSpec | None = None, doc: str = "", minimum: bool = False) -> Knob:
+           check: CheckSpec | None = None, doc: str = "", minimum: bool = False,
+           boot_arg: tuple[str, dict[int, str]] | None = None) -> Knob:
     """A kernel parameter (``kernel.numa_balancing``), now and in the layer's sysctl.d file;
-    ``minimum``: the profile's value is a floor (an integer), raised to, never lowered."""
+    ``minimum``: the profile's value is a floor (an integer), raised to, never lowered;
+    ``boot_arg``: the kernel argument that sets it at boot, with its value for each of the
+    parameter's (``("numa_balancing", {0: "disable", 1: "enable"})``)."""
     if minimum and schema.get("type") != "integer":
         raise ValueError(f"knob {layer}.{name}: a minimum is an integer")
     matching(key, re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+)+$"), f"{layer}.{name}: key")
     path = Setting(f"{layer}_sysctl_path", SYSCTL_FILE,
                    f"The sysctl.d file that persists the {layer} layer's kernel parameters "
                    "(one line per parameter, edited in place).")
-    return _declare(Sysctl(layer, name, key, schema, minimum), summary, (path,), check, doc)
+    return _declare(Sysctl(layer, name, key, schema, minimum, boot_arg), summary, (path,),
+                    check, doc)
 
 
 def sysfs_attr(layer: str, name: str, glob: str, summary: str, schema: dict[str, Any], *,

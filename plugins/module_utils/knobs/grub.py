@@ -24,6 +24,8 @@ from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysro
 
 VARIABLES = ("GRUB_CMDLINE_LINUX_DEFAULT", "GRUB_CMDLINE_LINUX")
 LABEL = "bootloader configuration"
+# TuneD's bootloader plugin keeps the arguments it adds at every boot here (tuned/consts.py)
+TUNED_BOOTCMDLINE = "etc/tuned/bootcmdline"
 
 
 def read_variable(text: str, name: str) -> str | None:
@@ -38,6 +40,18 @@ def read_variable(text: str, name: str) -> str | None:
                 parts = [raw.strip("\"'")]
             value = " ".join(parts)
     return value
+
+
+def tuned_boot_args(root: Sysroot) -> dict[str, str | None]:
+    """The kernel arguments TuneD's bootloader plugin appends at every boot
+    (``TUNED_BOOT_CMDLINE`` in ``/etc/tuned/bootcmdline``, written when a profile with a
+    ``[bootloader]`` section is applied; grub.cfg adds them after the defaults, so they win),
+    as ``parse_cmdline`` reads them; ``{}`` without TuneD or such a profile."""
+    from ansible_collections.exemplar.tune.plugins.module_utils.readers.cmdline import (
+        parse_cmdline,
+    )
+    text = root.read_optional(TUNED_BOOTCMDLINE)
+    return parse_cmdline(read_variable(text, "TUNED_BOOT_CMDLINE") or "") if text else {}
 
 
 def edit_args(args: str, remove: list[str], add: dict[str, str | None]) -> str:
@@ -85,8 +99,13 @@ def plan_cmdline(root: Sysroot, path: str, remove: list[str], add: dict[str, str
     ``grub2-mkconfig``); in a sysroot only when ``command`` is given, otherwise it is
     recorded as not run. A host without the defaults file (a VM booted with a direct kernel,
     a netboot node, a container), or a live host with no command to rebuild the bootloader
-    configuration, does not take kernel arguments this way: ``NotApplicable``.
+    configuration, does not take kernel arguments this way: ``NotApplicable``. Arguments
+    that the host's active TuneD profile already adds at every boot (``TUNED_BOOT_CMDLINE``)
+    are left to it: nothing is planned.
     """
+    if add and all(tuned_boot_args(root).get(name, False) == value
+                   for name, value in add.items()):
+        return []  # TuneD's profile adds them at every boot, after the defaults: they win
     try:
         text = root.read_text(path, strip=False)
     except NotSupported as exc:

@@ -3,7 +3,8 @@ and carrying both into every enroot/pyxis container (planners in ``planners/runt
 
 from __future__ import annotations
 
-from ansible_collections.exemplar.tune.plugins.module_utils.knobs import Knob, Setting
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs import CheckSpec, Knob, Setting
+from ansible_collections.exemplar.tune.plugins.module_utils.knobs.families import dropin
 from ansible_collections.exemplar.tune.plugins.module_utils.knobs.inputs import PATH_PATTERN
 
 TOPO_FILE = {"nccl_topo_file": {
@@ -76,4 +77,13 @@ KNOBS: tuple[Knob, ...] = (
              "when enroot is installed, so every enroot and pyxis container gets the variable "
              "and the file; where pyxis is loaded it also prints the per-job "
              "C(--container-mounts)/C(--container-env) alternative."),
+    dropin("runtime", "containerd_limit_stack", "containerd.service", "Service", "LimitSTACK",
+           "containerd's stack size limit (LimitSTACK=) in a drop-in",
+           {"type": "integer", "minimum": 0, "maximum": 9223372036854775807,
+            "description": "LimitSTACK= of containerd.service, bytes: the stack rlimit its "
+                           "containers inherit (nvidia-gb200-performance: 67108864)"},
+           check=CheckSpec("low", "containerd's LimitSTACK matches the profile",
+                           "containers inherit containerd's stack limit: a deep-recursion or "
+                           "large-stack thread (compilers, some MPI and CUDA tools) overflows "
+                           "an 8 MiB stack")),
 )

@@ -141,3 +141,17 @@ def read_tuned(root: Sysroot, problems: Problems = None,
         "force_latency_profile": origin,
         "force_latency_us": resolve_force_latency(latency, states or []),
     }
+
+
+def active_sysctls(root: Sysroot) -> dict[str, str]:
+    """The ``[sysctl]`` settings of the active TuneD profile(s), merged: TuneD writes them at
+    every start of its daemon, so they hold across boots without a ``sysctl.d`` line. ``{}``
+    without TuneD, or where a profile of the chain cannot be read."""
+    text = root.read_optional(ACTIVE_PROFILE)
+    merged: Sections = {}
+    try:
+        for name in [] if text is None else parse_active_profile(text):
+            merge(merged, load_profile(root, name, []))
+    except HostStateError:
+        return {}
+    return {key: value for key, (value, _) in merged.get("sysctl", {}).items()}
