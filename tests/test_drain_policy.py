@@ -25,12 +25,13 @@ def _result(check_id: str, status: str = FAIL, **more) -> dict:
 
 
 def test_only_gpu_and_fabric_health_checks_may_drain():
-    assert {c.id for c in CHECKS if c.health} == {
-        "gpu.count", "gpu.nvidia-smi", "gpu.ecc-uncorrectable", "gpu.remapped-rows",
-        "gpu.retired-pages-pending", "gpu.pcie-link", "gpu.clock-events", "gpu.temperature",
-        "gpu.fabric-state", "gpu.nvlink-links", "gpu.nvlink-errors", "gpu.fabric-manager",
-        "gpu.imex", "gpu.dcgm-diag", "gpu.xids", "fabric.ports", "fabric.ib-errors",
-        "fabric.link-flaps"}
+    """The drain policy is each declaration's class: health checks of the GPUs and the
+    fabric; no knob's check (a tuning preference) and no other layer's."""
+    health = [c for c in CHECKS if c.health]
+    assert {c.layer for c in health} == {"gpu", "fabric"}
+    assert not [c.id for c in health if c.knob]
+    assert {"gpu.xids", "gpu.ecc-uncorrectable", "gpu.temperature", "fabric.ports"} <= {
+        c.id for c in health}
 
 
 @pytest.mark.parametrize(("result", "threshold", "drains"), [
