@@ -9,6 +9,7 @@ through the real CLI (and the layer engine for inventory settings) on fixture sy
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -78,7 +79,8 @@ def special(path: Path, kind: str) -> None:
         path.mkdir()
     elif kind == "socket":
         server = socket.socket(socket.AF_UNIX)
-        server.bind(str(path))
+        with contextlib.chdir(path.parent):  # a socket's path is at most 107 bytes
+            server.bind(path.name)
         server.close()
     else:  # a character device: the kernel's /dev/null
         os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
