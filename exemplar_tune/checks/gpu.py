@@ -12,7 +12,6 @@ the nvidia-smi XML fields, the NVIDIA Xid catalog and the public health tools (D
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ansible_collections.exemplar.tune.plugins.module_utils.gatherers.gpu import in_cluster
@@ -125,10 +124,6 @@ def _name(gpu: dict[str, Any]) -> str:
     return gpu.get("bdf") or gpu.get("sysfs_bdf") or f"GPU {gpu.get('index')}"
 
 
-def _names(gpus: Iterable[dict[str, Any]]) -> list[str]:
-    return [_name(g) for g in gpus]
-
-
 def _get(gpu: dict[str, Any], *path: str) -> Any:
     """``gpu[path[0]][path[1]]...``, ``None`` where a level is missing or ``None``."""
     value: Any = gpu
@@ -210,7 +205,7 @@ def check_nvidia_smi(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts, "present"))
 
 
-GPUS = Devices("gpu", "GPUs", lambda facts: _gpus(facts), lambda gpu: _name(gpu),
+GPUS = Devices("gpu", "GPUs", _gpus, _name,
                lambda facts, gpus, marks: _field_error(facts, gpus, *marks), "gpus")
 
 declare(Comparison(
