@@ -216,15 +216,24 @@ def knob_table() -> str:
 
 def check_table() -> str:
     """The README's table of checks, in preflight order."""
-    rows = ["| check | severity | class | fixed by | actions when it fails | what it checks |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| check | severity | class | fixed by | actions when it fails | what it checks | "
+            "declared as |", "|---|---|---|---|---|---|---|"]
     order = {name: index for index, name in enumerate(ROLE_LAYERS + ("workload",))}
     for item in sorted(CHECKS, key=lambda c: order.get(c.layer, len(order))):
         knob = f"`{item.knob}`" if item.knob else "(manual)"
         kind = "health" if item.health else "tuning"
         rows.append(f"| `{item.id}` | {item.severity} | {kind} | {knob} | "
-                    f"{', '.join(item.actions)} | {item.title} |")
+                    f"{', '.join(item.actions)} | {item.title} | {_declared_as(item)} |")
     return "\n".join(rows) + "\n"
+
+
+def _declared_as(item: Any) -> str:
+    """How a check is defined: a comparison, its knob's family, or hand code and why."""
+    if item.declaration is not None:
+        return f"comparison ({item.declaration.compare.replace('_', ' ')})"
+    if item.hand:
+        return f"hand code: {item.hand}"
+    return "its knob's family"
 
 
 def diagnose_table() -> str:

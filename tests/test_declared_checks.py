@@ -13,7 +13,10 @@ import functools
 from typing import Any
 
 import pytest
-from ansible_collections.exemplar.tune.plugins.module_utils.layers import gather_facts
+from ansible_collections.exemplar.tune.plugins.module_utils.layers import (
+    gather_facts,
+    registered_knobs,
+)
 from ansible_collections.exemplar.tune.plugins.module_utils.sysroot import Sysroot
 
 from exemplar_tune.checks import CHECKS
@@ -57,6 +60,15 @@ def _put(node: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 def _profile(decl: Comparison, want: Any) -> dict[str, Any]:
     return {decl.layer: {decl.key: want}} if decl.key and want is not None else {}
+
+
+def test_every_check_is_declared_or_says_why_it_is_hand_code():
+    """A comparison, a family knob's check, or hand code with its reason in one line."""
+    knob_checks = {k.check_id for k in registered_knobs().values() if k.check and k.state}
+    for item in CHECKS:
+        kinds = [item.declaration is not None, item.id in knob_checks, bool(item.hand)]
+        assert kinds.count(True) == 1, item.id
+        assert "\n" not in item.hand and len(item.hand) <= 90, item.id
 
 
 def test_there_are_declared_checks_and_each_is_well_formed():

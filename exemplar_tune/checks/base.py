@@ -66,6 +66,7 @@ class Check:
     health: bool = False
     actions: tuple[str, ...] = ()  # what a failing result calls for, first to last
     declaration: Any = field(default=None, compare=False)  # a checks.compare.Comparison
+    hand: str = ""  # why a hand-written check is not a declaration, in one line
 
 
 CHECKS: list[Check] = []
@@ -74,7 +75,7 @@ CHECKS: list[Check] = []
 def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
           knob: str | None = None, health: bool = False,
           actions: tuple[str, ...] | None = None,
-          declaration: Any = None) -> Callable[[Callable], Callable]:
+          declaration: Any = None, hand: str = "") -> Callable[[Callable], Callable]:
     """Register the decorated function as check ``check_id`` (``"<layer>.<name>"``).
 
     ``risk`` is one line on what the finding costs; ``fix`` names the knob or the manual
@@ -85,7 +86,8 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
     ``actions`` (kinds of :data:`ACTION_KINDS`) is what a failing result calls for; by default
     a health finding is drained and investigated, a tuning one applied with its knob or, with
     none, investigated (a manual BIOS or hypervisor change). ``declaration`` is the
-    :class:`~exemplar_tune.checks.compare.Comparison` a declared check was made from.
+    :class:`~exemplar_tune.checks.compare.Comparison` a declared check was made from; a
+    hand-written check says in ``hand`` why no comparison can say it (the facts it combines).
     """
     if actions is None:
         actions = ("drain", "investigate") if health else ("apply",) if knob else (
@@ -102,7 +104,7 @@ def check(check_id: str, *, severity: str, title: str, risk: str, fix: str,
         if any(c.id == check_id for c in CHECKS):
             raise ValueError(f"check {check_id} registered twice")
         CHECKS.append(Check(check_id, layer, severity, title, risk, fix, knob, func, health,
-                            actions, declaration))
+                            actions, declaration, hand))
         return func
 
     return register

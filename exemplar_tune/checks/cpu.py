@@ -110,7 +110,9 @@ def _job_cpus(cpu: dict[str, Any]) -> dict[int | str, set[int]] | None:
 
 # ---- idle states ----------------------------------------------------------------------------
 
-@check("cpu.deep-cstates-disabled", severity="high",
+@check("cpu.deep-cstates-disabled",
+       hand="every CPU's idle states, the profile's state names and the guest case together",
+       severity="high",
        title="The deepest C-state is exposed and enabled on every CPU",
        risk="idle cores held in shallow C-states starve busy cores of turbo: 3.0 vs 3.8 GHz, "
             "~4 % step time",
@@ -199,7 +201,9 @@ def _param_limits(limits: dict[str, Any]) -> list[str]:
     return found
 
 
-@check("cpu.cstate-cmdline-limits", severity="high",
+@check("cpu.cstate-cmdline-limits",
+       hand="several kernel arguments, each against its driver's own default",
+       severity="high",
        title="No C-state limit on the kernel command line",
        risk="a boot-time C-state cap keeps deep states off on every boot: 3.0 vs 3.8 GHz turbo, "
             "~4 % step time, and only a reboot removes it",
@@ -268,7 +272,9 @@ def _resume_findings(qos: dict[str, Any], thresholds: dict[str, int]) -> list[st
     return found
 
 
-@check("cpu.pm-qos-holder", severity="high",
+@check("cpu.pm-qos-holder",
+       hand="the PM QoS request against the deep states' latencies, and who holds it",
+       severity="high",
        title="No PM QoS request blocks the deep C-states",
        risk="a held /dev/cpu_dma_latency request keeps every CPU out of slower states (99 us "
             "blocks C6 at 290 us): 3.0 vs 3.8 GHz turbo, ~4 % step time",
@@ -356,7 +362,9 @@ def _named(bios: dict[str, Any], field: str) -> str:
     return f"{attr}={(bios.get('raw') or {}).get(attr)}" if attr else field
 
 
-@check("cpu.bios-cstates", severity="high",
+@check("cpu.bios-cstates",
+       hand="several BIOS attributes, their pending values and the OS's idle states",
+       severity="high",
        title="The BIOS C-state policy (read over Redfish) matches the profile and the OS",
        risk="C-states disabled in the BIOS hide the deep idle states from the OS on every boot: "
             "busy cores stay below turbo (3.0 vs 3.8 GHz, ~4 % step time) and only a BIOS "
@@ -422,7 +430,9 @@ def _bios_mismatch(cpu: dict[str, Any], bios: dict[str, Any], wrong: dict[str, A
 
 # ---- frequency ------------------------------------------------------------------------------
 
-@check("cpu.governor", severity="medium",
+@check("cpu.governor",
+       hand="policies folded by governor into CPU lists, not listed one by one",
+       severity="medium",
        title="Every cpufreq policy uses the profile's governor",
        risk="an on-demand governor ramps frequency only after load appears: slower data loading "
             "and kernel launches after every idle gap",
@@ -450,7 +460,9 @@ def check_governor(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, observed, want, f"{want} on all {len(policies)} policies", evidence)
 
 
-@check("cpu.turbo", severity="high",
+@check("cpu.turbo",
+       hand="the global turbo control and each policy's boost together",
+       severity="high",
        title="Turbo/boost matches the profile",
        risk="without turbo busy cores stay at base clock: 2.2 instead of 3.8 GHz on a Xeon "
             "8460H for data loading and kernel launches",
@@ -508,7 +520,9 @@ def _housekeeping(cpu: dict[str, Any]) -> dict[str, set[int]] | None:
     return found or None
 
 
-@check("cpu.housekeeping-overlap", severity="medium",
+@check("cpu.housekeeping-overlap",
+       hand="the housekeeping units' CPU sets against the job CPUs",
+       severity="medium",
        title="Housekeeping (system.slice, user.slice, init.scope) runs off the job CPUs",
        risk="housekeeping threads preempt data loaders: 50-100 ms stalls, bimodal step times",
        fix="confine system.slice, user.slice and init.scope with AllowedCPUs= to housekeeping "
@@ -573,7 +587,9 @@ def _judge_overlap(units: dict[str, set[int]], jobs: dict[Any, set[int]],
                    f"{len(jobs)} Slurm job cpuset(s)", evidence)
 
 
-@check("cpu.irqbalance-banned", severity="low",
+@check("cpu.irqbalance-banned",
+       hand="irqbalance's banned CPUs against the job CPUs, and whether it runs",
+       severity="low",
        title="irqbalance keeps device interrupts off the job CPUs",
        risk="irqbalance moves interrupts onto job CPUs: handlers preempt data-loader and "
             "launch threads, latency spikes in step time",
@@ -660,7 +676,9 @@ def _node_cpus(cpu: dict[str, Any]) -> dict[int, set[int]]:
     return {n["node"]: _cpus(n.get("cpulist")) or set() for n in nodes if "node" in n}
 
 
-@check("cpu.job-cpus-gpu-local", severity="medium",
+@check("cpu.job-cpus-gpu-local",
+       hand="Slurm jobs' CPUs against the GPUs' and NICs' NUMA nodes",
+       severity="medium",
        title="Slurm job CPUs include cores local to every GPU/NIC NUMA node",
        risk="loader and launch threads on a remote socket cross the inter-socket link for every "
             "host-device copy: lower H2D bandwidth, higher launch latency",

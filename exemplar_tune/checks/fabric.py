@@ -63,7 +63,9 @@ def _port_problems(device: dict[str, Any], port: dict[str, Any],
     return problems
 
 
-@check("fabric.ports", health=True, severity="high",
+@check("fabric.ports",
+       hand="count, rate and link layer of the ports together, against three keys",
+       health=True, severity="high",
        title="Enough RDMA ports ACTIVE/LinkUp at the expected rate and link layer",
        risk="a down or slow rail caps every collective that crosses it; NCCL keeps running "
             "on the remaining rails",
@@ -116,7 +118,9 @@ def _counter_lines(ports: list[tuple[dict, dict]], key: str,
     return above, nonzero
 
 
-@check("fabric.ib-errors", health=True, severity="medium",
+@check("fabric.ib-errors",
+       hand="per-counter thresholds per port, merged from defaults and the profile",
+       health=True, severity="medium",
        title="No RDMA port error counters rising (symbol errors, link downs, discards ...)",
        risk="a port that takes symbol or receive errors retransmits and slows every collective "
             "on its rail; a link that goes down and up (flaps) stalls NCCL and can abort jobs",
@@ -171,7 +175,9 @@ def check_ib_errors(facts: Facts, profile: Profile) -> Outcome:
 NEAR = ("PIX", "PXB")  # behind the same PCIe switch: GPUDirect RDMA stays off the CPU
 
 
-@check("fabric.gpu-nic-locality", severity="medium",
+@check("fabric.gpu-nic-locality",
+       hand="the PCIe paths between each GPU and its nearest NIC",
+       severity="medium",
        title="Every GPU has a NIC behind its own PCIe switch (PIX or PXB)",
        risk="a GPU whose nearest NIC is only reached through the CPU's host bridge (PHB, NODE) "
             "or the other socket (SYS) sends its network traffic across the CPU: GPUDirect "
@@ -224,7 +230,9 @@ def _release(text: str | None) -> tuple[int, int] | None:
         parts[1].isdigit() else None
 
 
-@check("fabric.gpudirect-rdma", severity="high",
+@check("fabric.gpudirect-rdma",
+       hand="the peer-memory module, the GPUs and the RDMA NICs together",
+       severity="high",
        title="GPUDirect RDMA is possible: nvidia_peermem loaded, or dma-buf available",
        risk="without either, NCCL stages every network transfer through host memory: more "
             "latency, less bandwidth, CPU memory traffic on every collective across nodes",
@@ -301,7 +309,9 @@ def _below(paths: dict[str, Any], bridge: str) -> str:
     return ", ".join(found)
 
 
-@check("fabric.pcie-acs", severity="high",
+@check("fabric.pcie-acs",
+       hand="ACS of the switch ports above GPUs and NICs, on bare metal only",
+       severity="high",
        title="No PCIe switch port above a GPU or NIC redirects peer traffic (ACS, bare metal)",
        risk="With ACS request or completion redirection on a switch port, GPU-to-NIC and "
             "GPU-to-GPU traffic through that switch goes up to the CPU's root complex: "
@@ -341,7 +351,9 @@ def check_pcie_acs(facts: Facts, profile: Profile) -> Outcome:
                    f"{len(ports)} switch ports above the GPUs and NICs", evidence)
 
 
-@check("fabric.nic-ats", severity="medium",
+@check("fabric.nic-ats",
+       hand="ATS of the passthrough NICs, in a VM only",
+       severity="medium",
        title="ATS is on for the RDMA NICs passed through to a VM",
        risk="Without PCIe ATS on the NIC every GPUDirect RDMA transfer in a VM is translated "
             "by the IOMMU on the way: NVIDIA's VM guide needs ATS on the NIC (and ACS set to "
@@ -400,7 +412,9 @@ def _repeated(found: list[dict], window: float, repeats: int) -> bool:
                for i in range(len(stamps) - repeats + 1))
 
 
-@check("fabric.link-flaps", health=True, severity="high",
+@check("fabric.link-flaps",
+       hand="link events counted in a time window against a repeat count",
+       health=True, severity="high",
        title="No RDMA NIC link going down and up again and again (kernel log)",
        risk="a flapping link stalls or aborts the collectives that cross it each time it drops; "
             "NCCL may leave the rail or the job may hang until a timeout",
@@ -436,7 +450,9 @@ def check_link_flaps(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, observed, expected, "no NIC link went down this boot", evidence)
 
 
-@check("fabric.nccl-settings", severity="medium",
+@check("fabric.nccl-settings",
+       hand="the keys of several NCCL configuration files against the profile's",
+       severity="medium",
        title="The NCCL_* settings jobs inherit match the profile's tuned values",
        risk="NCCL defaults or stale values can cost bus bandwidth on this fabric",
        fix="tune by sweep: measure the candidate values with nccl-tests on this fabric and "
@@ -465,7 +481,9 @@ def _shown(value: str | None, setting: dict[str, str] | None) -> str:
     return f"{value} from {setting['source']}" if setting else "unset (NCCL default)"
 
 
-@check("fabric.nccl-suspicious-keys", severity="medium",
+@check("fabric.nccl-suspicious-keys",
+       hand="keys with stray whitespace, in every NCCL configuration source",
+       severity="medium",
        title="No NCCL config lines whose key has stray whitespace",
        risk="NCCL does not trim keys: 'NCCL_IB_HCA = mlx5' defines a different variable and the "
             "intended setting is silently ignored",
@@ -505,7 +523,9 @@ def fabric_identity(fabric_facts: Mapping[str, Any]) -> dict[str, list[Any]]:
             "rates_gbps": distinct(p.get("rate_gbps") for p in ports)}
 
 
-@check("fabric.nccl-measured-here", severity="medium",
+@check("fabric.nccl-measured-here",
+       hand="the profile's measured_on against this host's identity",
+       severity="medium",
        title="The profile's NCCL settings were measured on this host's fabric",
        risk="a setting that helps one fabric (HCA model, firmware, link layer or rate) can "
             "cost bandwidth or CPU on another: QPs per connection are fabric-dependent",

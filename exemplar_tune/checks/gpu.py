@@ -150,7 +150,9 @@ def _list(names: list[str], limit: int = 8) -> str:
 # -- inventory -------------------------------------------------------------------------------
 
 
-@check("gpu.count", health=True, actions=("drain", "reboot", "replace"),
+@check("gpu.count",
+       hand="nvidia-smi's count together with the GPUs on the PCI bus",
+       health=True, actions=("drain", "reboot", "replace"),
        severity="high",
        title="Every expected GPU is visible",
        risk="A missing GPU (fallen off the bus, driver not bound, failed board) leaves the job "
@@ -176,7 +178,9 @@ def check_count(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, have, want, f"{have} GPUs visible{more}", evidence)
 
 
-@check("gpu.nvidia-smi", health=True, actions=("drain", "reboot", "investigate"),
+@check("gpu.nvidia-smi",
+       hand="whether a GPU tool answered, from several facts",
+       health=True, actions=("drain", "reboot", "investigate"),
        severity="high",
        title="nvidia-smi answers (a failing nvidia-smi is a finding of its own)",
        risk="nvidia-smi fails when a GPU has fallen off the bus or the driver cannot reach "
@@ -256,7 +260,9 @@ def _ecc_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]
     return observed, fails, warns
 
 
-@check("gpu.ecc-uncorrectable", health=True, actions=("drain", "reset_gpu", "replace"),
+@check("gpu.ecc-uncorrectable",
+       hand="three counters per GPU and two statuses (volatile fails, lifetime warns)",
+       health=True, actions=("drain", "reset_gpu", "replace"),
        severity="high",
        title="No uncorrectable ECC errors",
        risk="An uncorrectable ECC error kills the running job (Xid 48/94/95) and may recur; a "
@@ -302,7 +308,9 @@ def _remap_findings(gpus: list[dict[str, Any]]) -> tuple[dict[str, Any], list[st
     return observed, fails
 
 
-@check("gpu.remapped-rows", health=True, actions=("reset_gpu", "replace"),
+@check("gpu.remapped-rows",
+       hand="pending, failure and a count per GPU, each with its own action",
+       health=True, actions=("reset_gpu", "replace"),
        severity="high",
        title="No pending or failed row remapping",
        risk="A pending remap leaves a known-bad HBM row in use until the GPU is reset (more "
@@ -371,7 +379,9 @@ def _pcie_findings(gpu: dict[str, Any], gen_min: int | None,
     return fails, warns
 
 
-@check("gpu.pcie-link", health=True, actions=("drain", "investigate", "replace"),
+@check("gpu.pcie-link",
+       hand="current against maximum link and the profile's minima, two statuses",
+       health=True, actions=("drain", "investigate", "replace"),
        severity="medium",
        title="GPU PCIe links trained at full width and speed",
        risk="A link trained narrow halves (x8) or quarters (x4) host<->GPU bandwidth (Gen5 x16 "
@@ -408,7 +418,9 @@ def check_pcie_link(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts))
 
 
-@check("gpu.clock-events", health=True, severity="high",
+@check("gpu.clock-events",
+       hand="two sets of reasons with two statuses",
+       health=True, severity="high",
        title="No hardware or thermal clock slowdown",
        risk="An active HW slowdown, power-brake or thermal slowdown caps the clocks (often to "
             "half or less) and the slowest GPU sets the pace of every synchronous step",
@@ -489,7 +501,9 @@ def _fabric_problems(gpu: dict[str, Any]) -> tuple[list[str], list[str]]:
     return broken, degraded
 
 
-@check("gpu.fabric-state", health=True, actions=("restart_service", "reset_gpu", "reboot"),
+@check("gpu.fabric-state",
+       hand="registration, health, domain and clique across the GPUs",
+       health=True, actions=("restart_service", "reset_gpu", "reboot"),
        severity="high",
        title="Every GPU is registered in its NVLink fabric, healthy, in the domain expected",
        risk="A GPU whose fabric registration is not Completed/Success, or whose fabric health "
@@ -557,7 +571,9 @@ def _nvlink_line(gpu: dict[str, Any]) -> str:
         "active)"
 
 
-@check("gpu.nvlink-links", health=True, actions=("drain", "reset_gpu", "replace"),
+@check("gpu.nvlink-links",
+       hand="link counts against the profile or the host, link speeds across links",
+       health=True, actions=("drain", "reset_gpu", "replace"),
        severity="high",
        title="Every NVLink link of every GPU is active, at one speed",
        risk="An inactive link takes its share of NVLink bandwidth out of every collective on "
@@ -629,7 +645,9 @@ NVLINK_ERROR_THRESHOLDS = {"replay errors": 0, "recovery errors": 0,
                            "link recovery failed events": 0}
 
 
-@check("gpu.nvlink-errors", health=True, actions=("reset_gpu", "investigate"),
+@check("gpu.nvlink-errors",
+       hand="per-counter thresholds merged from defaults and the profile",
+       health=True, actions=("reset_gpu", "investigate"),
        severity="medium",
        title="No NVLink replay or recovery errors since the driver loaded",
        risk="A link that replays or retrains stalls the transfers on it; links that keep "
@@ -669,7 +687,9 @@ def check_nvlink_errors(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts, "nvlink_errors"))
 
 
-@check("gpu.fabric-manager", health=True, actions=("restart_service",),
+@check("gpu.fabric-manager",
+       hand="the service, its log and the GPUs' fabric state together",
+       health=True, actions=("restart_service",),
        severity="high",
        title="nvidia-fabricmanager runs where NVSwitches are on the host's PCI bus (HGX/DGX)",
        risk="Without Fabric Manager the NVSwitches are not configured: the GPUs of an HGX "
@@ -714,7 +734,9 @@ def check_fabric_manager(facts: Facts, profile: Profile) -> Outcome:
                    f"for {len(switches)} NVSwitches", evidence)
 
 
-@check("gpu.imex", health=True, actions=("restart_service",),
+@check("gpu.imex",
+       hand="the daemon, its peers and the profile together",
+       health=True, actions=("restart_service",),
        severity="high",
        title="IMEX is up on a multi-node NVLink domain, every node READY and connected",
        risk="Without a working IMEX domain the GPUs of an NVL72 rack cannot import each "
@@ -769,7 +791,9 @@ def check_imex(facts: Facts, profile: Profile) -> Outcome:
                    _evidence(facts, "imex"))
 
 
-@check("gpu.dcgm-diag", health=True, severity="high",
+@check("gpu.dcgm-diag",
+       hand="each DCGM test's result with its own meaning",
+       health=True, severity="high",
        title="DCGM diagnostics pass (preflight --dcgm-level N)",
        risk="a GPU that fails DCGM's diagnostics (memory, PCIe, NVLink, stress) fails or slows "
             "jobs; DCGM finds what the driver's counters do not",
@@ -865,7 +889,9 @@ def _xid_fix(rows: list[dict[str, Any]]) -> str:
             "driver's own (Xid 154)" + after)
 
 
-@check("gpu.xids", health=True, severity="high",
+@check("gpu.xids",
+       hand="incidents judged by the Xid policy and their recurrence",
+       health=True, severity="high",
        title="No GPU Xid incident that needs action",
        risk="Xids whose recovery is a GPU reset, a reboot or hardware service (ECC, NVLink, "
             "GSP, timeouts, a GPU fallen off the bus) mean a faulty or degraded GPU: jobs "

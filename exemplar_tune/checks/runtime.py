@@ -47,7 +47,9 @@ def _enroot_topo(runtime: dict[str, Any]) -> dict[str, Any] | None:
     return next((e for e in entries if e.get("key") == TOPO_KEY), None)
 
 
-@check("runtime.topo-file", severity="high",
+@check("runtime.topo-file",
+       hand="the variable, the file and its content together",
+       severity="high",
        title="NCCL_TOPO_FILE names the profile's topology file, present and matching this host",
        risk="NCCL silently auto-detects a wrong topology: 13-53 % slower collectives, no error",
        fix="install the topology file and set NCCL_TOPO_FILE to it (runtime.topo_file)",
@@ -155,7 +157,9 @@ def _has_container_runtime(runtime: dict[str, Any]) -> bool:
                 or (runtime.get("pyxis") or {}).get("present"))
 
 
-@check("runtime.topo-in-container", severity="high",
+@check("runtime.topo-in-container",
+       hand="the host's file against enroot's and pyxis's configuration",
+       severity="high",
        title="NCCL_TOPO_FILE and the topology file reach the job container",
        risk="the host has the topology, containers do not: NCCL silently auto-detects a "
             "wrong topology in every containerised job",
@@ -235,7 +239,9 @@ def _from_enroot(facts: Facts, runtime: dict[str, Any], expected: str,
                    "give --launcher to confirm inside the job container", evidence)
 
 
-@check("runtime.stale-nccl-conf", severity="medium",
+@check("runtime.stale-nccl-conf",
+       hand="NCCL configuration lines naming files that do not exist",
+       severity="medium",
        title="No stale NCCL_TOPO_FILE / NCCL_GRAPH_FILE in the NCCL config files",
        risk="a stale topology or graph file in nccl.conf silently applies to every job "
             "(NVIDIA/nccl#1008)",

@@ -103,7 +103,9 @@ def _cmdqv_detail(cmdqv: dict[str, Any], virtualized: bool | None, kernel: str |
     return f"cmdqv {state} ({where}): {what}"
 
 
-@check("vm.cmdqv", severity="high", title="Grace CMDQV active where SMMUv3 translates DMA",
+@check("vm.cmdqv",
+       hand="the CMDQV state with architecture, virtualisation and IOMMU domains",
+       severity="high", title="Grace CMDQV active where SMMUv3 translates DMA",
        risk="SMMU invalidations trap to the VMM: MoE training 12-14 % slower, dense ~3 %",
        fix="kernel >= 6.12 with CONFIG_TEGRA241_CMDQV (or a vendor backport); parameters: knob "
            "vm.cmdqv_params; in a VM, manual hypervisor action: QEMU arm-smmuv3 accel=on with "
@@ -133,7 +135,9 @@ def check_cmdqv(facts: Facts, profile: Profile) -> Outcome:
                    knob=knob, actions=("apply",) if knob else ())
 
 
-@check("vm.cmdqv-params", severity="medium", title="CMDQV not turned off by a driver parameter",
+@check("vm.cmdqv-params",
+       hand="two module parameters and where each was set",
+       severity="medium", title="CMDQV not turned off by a driver parameter",
        risk="disable_cmdqv or bypass_vcmdq sends every SMMU command to the single standard CMDQ: "
             "the CMDQ lock contention CMDQV exists to remove comes back",
        fix="exemplar-tune apply --layer vm (knob vm.cmdqv_params: remove "
@@ -164,7 +168,9 @@ def check_cmdqv_params(facts: Facts, profile: Profile) -> Outcome:
     return Outcome(PASS, values, expected, "disable_cmdqv=N, bypass_vcmdq=N", evidence)
 
 
-@check("vm.iommu-domain", severity="medium", title="IOMMU groups use the profile's default domain",
+@check("vm.iommu-domain",
+       hand="the IOMMU groups' types folded against the profile's domain",
+       severity="medium", title="IOMMU groups use the profile's default domain",
        risk="Translated (DMA/DMA-FQ) domains map and unmap every DMA buffer and issue IOTLB "
             "invalidations; on arm64 without CMDQV they contend on the SMMU CMDQ lock "
             "(arm_smmu_cmdq_issue_cmdlist)",

@@ -37,7 +37,9 @@ def _judge(shape: str, result: Any, ref: dict[str, Any], gate: float) -> dict[st
             "passed": ratio >= gate}
 
 
-@check("workload.reference", severity="high",
+@check("workload.reference",
+       hand="benchmark results against the profile's reference and gate",
+       severity="high",
        title="Benchmark results reach the profile's reference within the gate",
        risk="the cluster trains slower than the reference hardware should: a gap in an "
             "earlier layer that the host checks did not catch",
