@@ -76,6 +76,8 @@ def _names(tokens: list[str]) -> list[str]:
 def is_header(line: str) -> bool:
     """A turbostat column header: ``Busy%`` (or ``%Busy``) with a frequency column, or a
     ``--show sysfs``-style line of cpuidle columns with at least one residency (``C6%``)."""
+    if "%" not in line:  # either kind names a percentage column: the common line costs no split
+        return False
     tokens = line.split()
     names = _names(tokens)
     if "Busy%" in names and ("Bzy_MHz" in names or "Avg_MHz" in names):
