@@ -128,6 +128,7 @@ class HostProgress:
             self.bar.stop()
             self.bar = None
             return
+        answered = len(self.done) - self.problems
         problems = f", {self.problems} failed or unreachable" if self.problems else ""
-        say(f"{self.label}: {self.task_name}: {len(self.done)} host(s) answered{problems} "
+        say(f"{self.label}: {self.task_name}: {answered} host(s) answered{problems} "
             f"in {seconds:.1f} s", self.stream)

@@ -214,6 +214,18 @@ def test_a_missing_inventory_is_one_line_for_every_command(tmp_path, argv):
                                   "or directory; a host list needs a comma: -i node1,)")
 
 
+@pytest.mark.parametrize("hosts", ["gone-a.invalid,gone-b.invalid,",
+                                   "gone-a.invalid,gone-b.invalid"])
+def test_a_comma_host_list_is_read_as_ansible_reads_it(hosts):
+    """``-i a,b,`` names two hosts, as with ``ansible -i``; ansible-runner alone would take
+    the text for an INI file and one host named ``a,b,``."""
+    out = cli("facts", "-i", hosts, "--layer", "cpu", "--format", "json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(doc["unreachable"]) == ["gone-a.invalid", "gone-b.invalid"], doc
+    assert "0 host(s) answered, 2 failed or unreachable" in out.stderr
+
+
 def test_apply_where_no_host_answers_offers_no_undo_and_names_the_profile_asked_for(tmp_path):
     """Nothing was journaled: no 'undo with' (a restore that would fail); the profile line
     says what was asked for, never 'auto ()'; unreachable hosts still exit 1."""

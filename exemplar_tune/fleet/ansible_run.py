@@ -83,6 +83,17 @@ def local_inventory(hosts: list[str] | None = None, hostvars: dict | None = None
     return {"all": {"hosts": {name: {**base, **(hostvars or {}).get(name, {})} for name in names}}}
 
 
+def runner_inventory(inventory: str | dict) -> str | dict:
+    """``inventory`` as ansible-runner takes it: a comma-separated host list (``-i a,b,``,
+    which Ansible reads with its host_list plugin and ansible-runner would take for the text
+    of an INI file, one host named ``a,b,``) as a mapping of those hosts; anything else as
+    it is."""
+    if isinstance(inventory, str) and "," in inventory and not os.path.exists(inventory):
+        names = dict.fromkeys(name.strip() for name in inventory.split(",") if name.strip())
+        return {"all": {"hosts": {name: {} for name in names}}}
+    return inventory
+
+
 def local_name(inventory: str | dict, limit: str | None) -> str | None:
     """``limit``, with this machine's name (short or fully qualified) read as ``localhost``
     where the inventory is this host alone: the name a local run's reports and Prometheus
@@ -136,7 +147,7 @@ class AnsibleRun:
         progress = HostProgress(_label(kwargs), self._host_count)
         try:
             runner = ansible_runner.run(
-                private_data_dir=str(pdd), inventory=self.inventory,
+                private_data_dir=str(pdd), inventory=runner_inventory(self.inventory),
                 limit=_limit_file(self.limit, pdd),
                 forks=self.forks, quiet=True, suppress_env_files=True, cmdline=self._cmdline(),
                 envvars=_envvars(pdd), event_handler=lambda e: _collect(e, hosts, progress),
