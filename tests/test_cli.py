@@ -203,6 +203,26 @@ def test_help_teaches_each_command():
     assert "the workload shapes to measure" in cli("tune", "--help").stdout
 
 
+def test_every_limit_a_help_example_gives_names_hosts_the_way_it_means():
+    """A ``--limit`` in any command's examples is a hostlist (``gpu[01-16]``) or a plain
+    Ansible pattern, never a bracket Ansible reads as a group subscript (``gpu[01:16]``:
+    "no host matched")."""
+    import argparse
+    import re
+
+    from exemplar_tune.cli import build_parser
+    from exemplar_tune.fleet.hostlist import ansible_limit
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    found = {}
+    for name, parser in sub.choices.items():
+        for value in re.findall(r"--limit '([^']+)'", parser.format_help()):
+            found[f"{name}: {value}"] = value
+    assert found, "no --limit example found in any --help"
+    for where, value in found.items():
+        assert "[" not in ansible_limit(value), where
+
+
 @pytest.mark.parametrize("argv", [["preflight"], ["facts"], ["audit"],
                                   ["apply", "--layer", "cpu", "--check"]])
 def test_a_missing_inventory_is_one_line_for_every_command(tmp_path, argv):

@@ -64,7 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 APPLY_EPILOG = """examples:
   exemplar-tune apply --layer cpu --check                 what would change on this host
-  exemplar-tune apply --layer cpu -i hosts.yml --limit 'gpu[01:04]' --profile site.yaml
+  exemplar-tune apply --layer cpu -i hosts.yml --limit 'gpu[01-04]' --profile site.yaml
   exemplar-tune apply --layer runtime --sysroot /srv/node07 --format json
   exemplar-tune restore --run latest
 

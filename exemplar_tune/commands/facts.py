@@ -28,7 +28,7 @@ FACTS_EPILOG = """examples:
   exemplar-tune facts                          all layers of this host, as a table
   exemplar-tune facts --layer cpu --layer gpu --format json
   exemplar-tune facts --sysroot node07.tar.gz  a host captured with 'exemplar-tune snapshot'
-  exemplar-tune facts -i inventory.yml --limit 'gpu[01:16]' --format json
+  exemplar-tune facts -i inventory.yml --limit 'gpu[01-16]' --format json
   exemplar-tune facts -i inventory.yml --differ   what differs from the majority, no profile
 
 JSON output: one top-level key per layer; each layer also has 'sources' (the file or command
