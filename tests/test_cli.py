@@ -203,6 +203,41 @@ def test_help_teaches_each_command():
     assert "the workload shapes to measure" in cli("tune", "--help").stdout
 
 
+def test_history_last_is_a_count_and_limit_stays_a_host_pattern_elsewhere(tmp_path):
+    """``history --last N``: the newest N experiments (``--limit N``, its earlier name, is
+    still read); no other command takes a count under ``--limit``."""
+    from exemplar_tune.ledger import Ledger
+
+    path = tmp_path / "l.db"
+    with Ledger(path) as ledger:
+        ids = [ledger.start_experiment("apply", f"p{n}", {"inventory": "i.yml"}, {})
+               for n in range(3)]
+    for option in ("--last", "--limit"):
+        out = cli("history", option, "2", "--ledger", str(path), "--format", "json")
+        assert [row["id"] for row in json.loads(out.stdout)] == ids[:0:-1], out.stderr
+    assert "--limit" not in cli("history", "--help").stdout
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """No option or argument of any command (sub-commands included) without help text."""
+    import argparse
+
+    from exemplar_tune.cli import build_parser
+
+    silent: list[str] = []
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, child in action.choices.items():
+                    walk(f"{name} {sub}".strip(), child)
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                silent.append(f"{name}: {'/'.join(action.option_strings) or action.dest}")
+
+    walk("", build_parser())
+    assert silent == []
+
+
 def test_every_limit_a_help_example_gives_names_hosts_the_way_it_means():
     """A ``--limit`` in any command's examples is a hostlist (``gpu[01-16]``) or a plain
     Ansible pattern, never a bracket Ansible reads as a group subscript (``gpu[01:16]``:

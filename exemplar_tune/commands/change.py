@@ -113,8 +113,9 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
                              epilog=RESTORE_EPILOG,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         add_change_target(cmd)
-        cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest")
-        cmd.add_argument("--ledger", type=Path)
+        cmd.add_argument("--run", required=True, metavar="EXPERIMENT|latest",
+                         help="the experiment or apply run to put back (its id), or latest")
+        cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
         cmd.set_defaults(func=cmd_restore)
     cmd = sub.add_parser("abandon", help=SUMMARIES["abandon"],
                          description="Close an unfinished experiment whose hosts are gone for "
@@ -122,10 +123,11 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
                          "abandoned it, and no longer reported as unfinished. Nothing on any host "
                          "changes; a host that comes back keeps its journal, and 'rollback --run "
                          "EXPERIMENT' still restores it then.")
-    cmd.add_argument("--run", required=True, metavar="EXPERIMENT")
+    cmd.add_argument("--run", required=True, metavar="EXPERIMENT",
+                     help="the unfinished experiment to close (its id)")
     cmd.add_argument("--yes", action="store_true",
                      help="do not ask (needed when stdin is not a terminal)")
-    cmd.add_argument("--ledger", type=Path)
+    cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.set_defaults(func=cmd_abandon)
 
 

@@ -63,7 +63,8 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     cmd.add_argument("files", nargs="+", metavar="FILE",
                      help="a captured output (a regular file; - reads standard input)")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="output format (default table)")
     cmd.add_argument("--ranks", action="store_true",
                      help="the files (or directories of files) are one job's logs, one per "
                      "rank or host: one report, each line named by its file")

@@ -76,7 +76,7 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
                      help="the experiment (default: the only one whose controller died)")
     cmd.add_argument("--allow-reboot", action="store_true", default=None,
                      help="allow reboots this time even if the experiment did not")
-    cmd.add_argument("--ledger", type=Path)
+    cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.set_defaults(func=cmd_resume)
 
 
@@ -84,25 +84,34 @@ def _add_history(sub: argparse._SubParsersAction) -> None:
     cmd = sub.add_parser("history", help=SUMMARIES["history"],
                          description="The newest experiments in the ledger (tune, apply, "
                          "sweep), one per line: id, kind, status, start, profile.")
-    cmd.add_argument("--limit", type=int, default=20, help="how many (default 20)")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
-    cmd.add_argument("--ledger", type=Path)
+    cmd.add_argument("--last", type=int, default=20, metavar="N",
+                     help="how many, newest first (default 20)")
+    # its earlier name, still read: every other --limit is a host pattern
+    cmd.add_argument("--limit", type=int, dest="last", help=argparse.SUPPRESS)
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="output format (default table)")
+    cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.set_defaults(func=cmd_history)
     show = sub.add_parser("show", help=SUMMARIES["show"],
                           description="One experiment as the ledger holds it: its layers and "
                           "their status, the hosts changed, every benchmark run, the decisions "
                           "and the events. 'latest' is the newest experiment.")
-    show.add_argument("experiment", metavar="EXPERIMENT|latest")
-    show.add_argument("--format", choices=("table", "json"), default="table")
-    show.add_argument("--ledger", type=Path)
+    show.add_argument("experiment", metavar="EXPERIMENT|latest",
+                      help="an experiment or apply run id, or latest")
+    show.add_argument("--format", choices=("table", "json"), default="table",
+                      help="output format (default table)")
+    show.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     show.set_defaults(func=cmd_show)
     report = sub.add_parser("report", help=SUMMARIES["report"],
                             description="Render one experiment: decisions with their numbers, "
                             "a waterfall of the gap closed per layer, step-time distributions.")
-    report.add_argument("experiment", metavar="EXPERIMENT|latest")
-    report.add_argument("--format", choices=("markdown", "html"), default="markdown")
-    report.add_argument("--output", type=Path, metavar="FILE")
-    report.add_argument("--ledger", type=Path)
+    report.add_argument("experiment", metavar="EXPERIMENT|latest",
+                        help="an experiment or apply run id, or latest")
+    report.add_argument("--format", choices=("markdown", "html"), default="markdown",
+                        help="output format (default markdown)")
+    report.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the report to FILE (default: standard output)")
+    report.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     report.set_defaults(func=cmd_report)
 
 
@@ -176,7 +185,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """``exemplar-tune history``."""
     try:
         with Ledger(args.ledger, read_only=True) as ledger:
-            rows = ledger.history(args.limit)
+            rows = ledger.history(args.last)
     except NoLedger:
         rows = []
     if args.format == "json":

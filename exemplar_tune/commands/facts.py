@@ -63,7 +63,8 @@ def _add_facts(sub: argparse._SubParsersAction) -> None:
     add_host_options(cmd)
     cmd.add_argument("--layer", action="append", metavar="LAYER",
                      help=f"only this layer (repeatable): {', '.join(LAYER_NAMES)}")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="output format (default table)")
     cmd.add_argument("--sources", action="store_true",
                      help="table format: also show where each fact came from")
     cmd.add_argument("--differ", action="store_true",
@@ -77,7 +78,8 @@ def _add_snapshot(sub: argparse._SubParsersAction) -> None:
                          description="Capture what the fact readers need from this host into "
                          "one .tar.gz, to be read later with --sysroot.", epilog=SNAPSHOT_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmd.add_argument("-o", "--output", required=True, type=Path, metavar="FILE.tar.gz")
+    cmd.add_argument("-o", "--output", required=True, type=Path, metavar="FILE.tar.gz",
+                     help="the archive to write")
     cmd.set_defaults(func=cmd_snapshot)
 
 

@@ -30,7 +30,8 @@ def add_change_target(cmd: argparse.ArgumentParser,
     ``--forks``, ``--timeout``) and its ``--format`` choices."""
     _add_hosts(cmd, ("DIR", "work inside DIR (a directory mirroring /) as a one-host inventory"),
                "Ansible inventory", 1800)
-    cmd.add_argument("--format", choices=formats, default="table")
+    cmd.add_argument("--format", choices=formats, default="table",
+                     help="output format (default table)")
 
 
 def _add_hosts(cmd: argparse.ArgumentParser, sysroot: tuple[str, str], inventory: str,

@@ -207,7 +207,8 @@ def _add_offenders(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--ledger", type=Path, help="SQLite ledger (default in the state dir)")
     cmd.add_argument("--include-tuning", action="store_true",
                      help="also count failing tuning checks (default: health checks only)")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="output format (default table)")
     cmd.set_defaults(func=cmd_offenders)
 
 

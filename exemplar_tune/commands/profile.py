@@ -40,8 +40,10 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
     steps = cmd.add_subparsers(dest="step", required=True, metavar="list|show")
     steps.add_parser("list", help="the shipped profiles").set_defaults(func=cmd_profile_list)
     show = steps.add_parser("show", help="one profile, merged and validated")
-    show.add_argument("profile", metavar="NAME|FILE")
-    show.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    show.add_argument("profile", metavar="NAME|FILE",
+                      help="a shipped profile's name (profile list) or a profile file")
+    show.add_argument("--format", choices=("yaml", "json"), default="yaml",
+                      help="output format (default yaml)")
     show.set_defaults(func=cmd_profile_show)
 
 

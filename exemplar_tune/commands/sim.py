@@ -41,7 +41,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = sim.add_subparsers(dest="sim_command", metavar="STEP", required=True)
     create = steps.add_parser("create", help="build a cluster in a new directory")
-    create.add_argument("directory", type=Path, metavar="DIR")
+    create.add_argument("directory", type=Path, metavar="DIR",
+                        help="the new simulated cluster's directory")
     create.add_argument("--scenario", default="gb300-exemplar-gap", metavar="NAME|FILE",
                         help=f"{', '.join(shipped_scenarios())} or a scenario YAML file "
                         "(default gb300-exemplar-gap)")
@@ -53,7 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "e.g. node05=deep_cstate_disabled: a host made slow through a fact")
     create.set_defaults(func=cmd_sim_create)
     bench = steps.add_parser("bench", help="one benchmark run on every host of a cluster")
-    bench.add_argument("directory", type=Path, metavar="DIR")
+    bench.add_argument("directory", type=Path, metavar="DIR",
+                       help="a simulated cluster's directory (sim create)")
     bench.add_argument("--workload", required=True, metavar="NAME",
                        help="dense, moe (Megatron lines), nccl-allgather, nccl-reducescatter "
                        "(nccl-tests table)")
@@ -75,14 +77,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                             description="Print what NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "
                             "prints for the collective calls of a training workload, every "
                             "rank of every host.")
-    coll.add_argument("directory", type=Path, metavar="DIR")
+    coll.add_argument("directory", type=Path, metavar="DIR",
+                      help="a simulated cluster's directory (sim create)")
     coll.add_argument("--workload", required=True, metavar="NAME", help="dense or moe")
     coll.add_argument("--steps", type=int, default=1, help="training steps (default 1)")
     coll.add_argument("--hosts", nargs="+", metavar="NAME", help="only these hosts (default: "
                       "every host)")
     coll.set_defaults(func=cmd_sim_coll_log)
     boot_cmd = steps.add_parser("boot", help="boot hosts: apply their boot-time settings")
-    boot_cmd.add_argument("directory", type=Path, metavar="DIR")
+    boot_cmd.add_argument("directory", type=Path, metavar="DIR",
+                          help="a simulated cluster's directory (sim create)")
     boot_cmd.add_argument("hosts", nargs="*", metavar="NAME", help="default: every host")
     boot_cmd.set_defaults(func=cmd_sim_boot)
 

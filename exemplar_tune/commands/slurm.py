@@ -180,7 +180,8 @@ def _add_undrain(actions: argparse._SubParsersAction) -> None:
                      help="-i: give up on the Ansible run after this long (default 600)")
     cmd.add_argument("--dry-run", action="store_true",
                      help="check and print the scontrol commands, run none")
-    cmd.add_argument("--format", choices=("table", "json"), default="table")
+    cmd.add_argument("--format", choices=("table", "json"), default="table",
+                     help="output format (default table)")
     add_drain_at(cmd)
     cmd.set_defaults(func=cmd_undrain)
 
