@@ -279,6 +279,9 @@ def test_a_comma_host_list_is_read_as_ansible_reads_it(hosts):
     doc = json.loads(out.stdout)
     assert sorted(doc["unreachable"]) == ["gone-a.invalid", "gone-b.invalid"], doc
     assert "0 host(s) answered, 2 failed or unreachable" in out.stderr
+    text = cli("preflight", "-i", hosts, "--layer", "cpu").stdout
+    assert "### gone-a.invalid,gone-b.invalid: UNREACHABLE" in text  # folded by reason
+    assert "hostname <host>:" in text and "{host}" not in text, text
 
 
 def test_apply_where_no_host_answers_offers_no_undo_and_names_the_profile_asked_for(tmp_path):

@@ -215,7 +215,12 @@ def test_hosts_that_gave_no_result_are_named_and_folded_by_why():
         {"hosts": "node[01-02,04-05]", "count": 4,
          "reason": "no result within --timeout 30 s (raise it for long benchmarks)"},
         {"hosts": "node03", "count": 1,
-         "reason": "command run 1 of 3 (/opt/{host}/gemm): exit status 3"}]
+         "reason": "command run 1 of 3 (/opt/node03/gemm): exit status 3"}]
+    # hosts whose reasons differ only in their own names: one group, the name as <host>
+    lost["node01"] = "command run 1 of 3 (/opt/node01/gemm): exit status 3"
+    assert lost_groups(lost)[-1] == {
+        "hosts": "node[01,03]", "count": 2,
+        "reason": "command run 1 of 3 (/opt/<host>/gemm): exit status 3"}
 
 
 @pytest.mark.system

@@ -94,6 +94,12 @@ def without_host(text: str, host: str) -> str:
     return re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", "{host}", text)
 
 
+def named(text: str, hosts: list[str]) -> str:
+    """A reason folded by :func:`without_host` as an operator reads it: the host's own name
+    back where one host gave it, ``<host>`` (each host's own name) where several did."""
+    return text.replace("{host}", hosts[0] if len(hosts) == 1 else "<host>")
+
+
 def expand(expression: str) -> list[str]:
     """The host names of a hostlist expression, in the order written.
 

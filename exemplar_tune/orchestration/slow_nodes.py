@@ -41,7 +41,7 @@ from exemplar_tune.diagnose.normalize import normalize
 from exemplar_tune.diagnose.steptime import parse_steps
 from exemplar_tune.errors import UserError
 from exemplar_tune.fleet.ansible_run import AnsibleRun
-from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.fleet.hostlist import compress, named, without_host
 from exemplar_tune.fleet.inventory import inventory_hosts
 from exemplar_tune.fleet.majority import Difference, host_differences
 from exemplar_tune.fleet.playbook_runs import playbook
@@ -156,11 +156,12 @@ def unanswered(run: AnsibleRun, answered: Iterable[str], status: str | None = No
 
 def lost_groups(missing: Mapping[str, str]) -> list[dict[str, Any]]:
     """Hosts that gave no measurement, folded by why: ``[{hosts, count, reason}]``, most
-    hosts first (a host's own name in its reason written ``{host}``)."""
+    hosts first (hosts whose reasons differ only in their own names are one group, the name
+    written ``<host>``: ``hostlist.named``)."""
     folded: dict[str, list[str]] = {}
     for host, why in sorted(missing.items()):
         folded.setdefault(without_host(why, host), []).append(host)
-    return [{"hosts": compress(hosts), "count": len(hosts), "reason": why}
+    return [{"hosts": compress(hosts), "count": len(hosts), "reason": named(why, hosts)}
             for why, hosts in sorted(folded.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from exemplar_tune.checks.base import NOT_APPLICABLE, UNKNOWN
-from exemplar_tune.fleet.hostlist import compress, without_host
+from exemplar_tune.fleet.hostlist import compress, named, without_host
 from exemplar_tune.profile import GIVEN
 from exemplar_tune.reports.html import render
 from exemplar_tune.reports.provenance import made_line
@@ -108,11 +108,12 @@ def _profile_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def fold_reasons(reasons: dict[str, str]) -> dict[str, list[str]]:
-    """Hosts by the reason given for them, the host's own name in it written ``{host}``."""
+    """Hosts by the reason given for them: hosts whose reasons differ only in their own
+    names are one group, the name written ``<host>`` (``hostlist.named``)."""
     folded: dict[str, list[str]] = {}
     for host, reason in sorted(reasons.items()):
         folded.setdefault(without_host(str(reason), host), []).append(host)
-    return folded
+    return {named(reason, hosts): hosts for reason, hosts in folded.items()}
 
 
 def _fleet_lines(doc: dict[str, Any], paint: Any) -> list[str]:
