@@ -357,3 +357,20 @@ def test_slow_nodes_bad_input_is_one_line(tmp_path):
         assert out.returncode == 2, out.stdout + out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+@pytest.mark.system
+def test_the_try_it_recipe_of_the_help_finds_the_slow_host(tmp_path):
+    """The first "Try it" recipe of ``slow-nodes --help``, run as printed (its directory
+    moved under this test's): it names node05 slow and the fact that slows it."""
+    import shlex
+
+    recipe = cli("slow-nodes", "--help").stdout.split("Try it:", 1)[1]
+    recipe = recipe.replace("\\\n", " ").replace("/tmp/c", str(tmp_path / "c"))
+    create, run = [shlex.split(line.split("(README", 1)[0])
+                   for line in recipe.splitlines()[:2]]
+    assert create[:3] == ["exemplar-tune", "sim", "create"], create
+    assert cli(*create[1:]).returncode == 0
+    out = cli(*run[1:])
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "SLOW node05:" in out.stdout and "deepest_state_disabled" in out.stdout

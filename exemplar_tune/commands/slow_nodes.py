@@ -72,7 +72,8 @@ half is split again, down to two hosts, each of which then runs beside a known-g
 log2(N) rounds; where halves cannot be told apart, pairs. The hosts found are joined with the
 link facts where they differ from the majority (port rates and states, error counters, link
 downs, NVLinks down). The number of rounds and multi-node runs is reported.
-Try it: exemplar-tune sim create /tmp/c --hosts 8 --fault node05=deep_cstate_disabled
+Try it: exemplar-tune sim create /tmp/c --scenario healthy --hosts 8 \
+            --fault node05=deep_cstate_disabled
         exemplar-tune slow-nodes -i /tmp/c/inventory.yml      (README "Slow nodes")
         exemplar-tune sim create /tmp/f --scenario healthy --hosts 16 --fault node07=nic_degraded
         exemplar-tune slow-nodes -i /tmp/f/inventory.yml --fabric --bench /tmp/f/nccl.yaml \
