@@ -135,7 +135,8 @@ AUDIT_EPILOG = """examples:
   exemplar-tune audit -i hosts.yml --profile h100-x86
   exemplar-tune audit -i hosts.yml --layer cpu --diff        every changed file in full
   exemplar-tune audit -i hosts.yml --format json > drift.json
-  exemplar-tune audit -i hosts.yml --format prometheus --output /var/lib/node_exporter/exemplar.prom
+  exemplar-tune audit -i hosts.yml --format prometheus \\
+      --output /var/lib/prometheus/node-exporter/audit.prom
 
 One line per knob and change, the hosts with the same change folded into a hostlist
 (gpu[001-112,115]), most hosts first, with the lines that would change; --details adds a line

@@ -43,7 +43,8 @@ SCHEMA_VERSION = 1  # of schemas/slow-nodes-result.schema.json
 EPILOG = """examples:
   exemplar-tune slow-nodes -i hosts.yml                  the node benchmark, 5 runs per host
   exemplar-tune slow-nodes -i hosts.yml --runs 8 --format json
-  exemplar-tune slow-nodes -i hosts.yml --format prometheus --output /var/lib/textfile/slow.prom
+  exemplar-tune slow-nodes -i hosts.yml --format prometheus \\
+      --output /var/lib/prometheus/node-exporter/slow.prom
   exemplar-tune slow-nodes -i hosts.yml --bench node-bench.yaml --shape gemm
   exemplar-tune slow-nodes -i hosts.yml --detect 2%      also: the --runs a 2 % slower host needs
 
