@@ -174,6 +174,20 @@ def fleet_doc(tmp_path):
     return json.loads(cli(*common, "--format", "json").stdout), page
 
 
+@pytest.mark.system
+def test_without_matplotlib_the_page_is_made_and_each_chart_says_why_it_is_missing(
+        tuned, monkeypatch):
+    """matplotlib is the ``charts`` extra: without it the same page, each chart a note."""
+    from exemplar_tune.reports.html import NO_CHARTS
+
+    doc, page, _ = tuned
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    text = html_page(doc)
+    assert "<svg" not in text and str(NO_CHARTS) in text
+    assert text.count(str(NO_CHARTS)) == page.read_text().count("<svg")
+    assert_self_contained(text)
+
+
 def test_preflight_report_details_findings_only_and_fits_1280_px(tmp_path):
     doc, page = fleet_doc(tmp_path)
     text = page.read_text()

@@ -15,7 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from exemplar_tune.reports.html import axis_label, higher_is_better, new_figure, svg
+from exemplar_tune.reports.html import axis_label, drawn, higher_is_better, new_figure, svg
 
 BASE, BETTER, WORSE, OTHER, AFTER = "#8a8f98", "#2e8b57", "#c0392b", "#b8a24a", "#3465a4"
 ARM_COLOURS = {"baseline": "#8a8f98", "candidate": "#2e8b57"}
@@ -26,6 +26,7 @@ def gate_value(reference: float, gate: float, unit: str) -> float:
     return reference * gate if higher_is_better(unit) else reference / gate
 
 
+@drawn
 def waterfall(data: dict[str, Any]) -> Markup:
     """``data``: shape, unit, start, steps [{label, delta, other}], after, reference, gate."""
     unit, start, after = data["unit"], data["start"], data["after"]
@@ -85,6 +86,7 @@ def _label(axes: Any, x: float, y: float, text: str) -> None:
                   va="bottom", fontsize=8)
 
 
+@drawn
 def distribution(layer: str, action: str, shape: str, unit: str,
                  runs: dict[str, list[list[float]]]) -> Markup:
     """Histograms of ``runs`` (``{arm: [samples of one run, ...]}``) of one layer and shape.

@@ -5,7 +5,9 @@ on and undefined names as errors. Charts are matplotlib figures written as SVG t
 holds inline: text stays text (``svg.fonttype: none``, so it is searchable, selectable and
 escaped by matplotlib), no metadata, fixed ids (the same data gives the same bytes). Every
 axes of a chart must have an x and a y label; the labels carry the ids
-``<chart>-<n>-x-label`` and ``<chart>-<n>-y-label``. No scripts, nothing fetched.
+``<chart>-<n>-x-label`` and ``<chart>-<n>-y-label``. No scripts, nothing fetched. matplotlib is
+the ``charts`` extra: without it a chart (:func:`drawn`) is a one-line note and the page is
+made all the same.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -38,6 +41,24 @@ def environment() -> jinja2.Environment:
 def render(template: str, **context: Any) -> str:
     """Template ``template`` (a file name under ``templates/``) filled with ``context``."""
     return environment().get_template(template).render(**context)
+
+
+# where matplotlib (the ``charts`` extra) is not installed, a chart is this note instead
+NO_CHARTS = Markup('<p class="muted">No chart here: matplotlib is not installed '
+                   "(pip install 'exemplar-tune[charts]').</p>")
+
+
+def drawn(draw: Callable[..., Markup]) -> Callable[..., Markup]:
+    """``draw`` (a chart function), or :data:`NO_CHARTS` where matplotlib is not installed:
+    the page is made without its charts, saying why."""
+    @functools.wraps(draw)
+    def chart(*args: Any, **kwargs: Any) -> Markup:
+        try:
+            import matplotlib  # noqa: F401 - only whether it is there
+        except ImportError:
+            return NO_CHARTS
+        return draw(*args, **kwargs)
+    return chart
 
 
 def new_figure(width: float, height: float) -> Figure:

@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from exemplar_tune.diagnose.nccl_tests import human
 from exemplar_tune.orchestration.stats import CONFIDENCE, t_ppf
-from exemplar_tune.reports.html import axis_label, new_figure, render, svg
+from exemplar_tune.reports.html import axis_label, drawn, new_figure, render, svg
 from exemplar_tune.reports.provenance import made, made_line
 from exemplar_tune.terminal import escaped
 
@@ -149,6 +149,7 @@ def html_page(doc: dict[str, Any]) -> str:
                   charts=[chart(rows, shape) for shape in dict.fromkeys(r["shape"] for r in rows)])
 
 
+@drawn
 def chart(rows: list[dict[str, Any]], shape: str) -> Markup:
     """One shape's means per arm (x) and size (series), with interval bars, as inline SVG."""
     mine = [r for r in rows if r["shape"] == shape]
